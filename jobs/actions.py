@@ -1,0 +1,190 @@
+"""Retry, rerun and cancel: the one implementation every front end calls.
+
+Each is a guarded update, so two concurrent calls have one effect. `retry` and `cancel` return
+whether they changed the job; `rerun` returns the new Job or None. Pass `user` and `source`
+to have an audit entry written (the console and the API always do).
+"""
+
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Least
+from django.utils import timezone
+
+from . import store
+from .models import AuditEntry, Job
+from .states import TERMINAL, JobState, sources_of
+
+RETRYABLE = (JobState.DEAD_LETTER, JobState.CANCELLED)
+CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What an action did, in words an operator can read."""
+
+    changed: bool
+    message: str
+    job: Job | None = None
+    new_job: Job | None = None
+
+
+def _job_id(job_or_id):
+    value = getattr(job_or_id, "id", job_or_id)
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _audit(job_id, action, outcome, *, user=None, source="python", result_job_id=None):
+    AuditEntry.objects.create(
+        job_id=job_id,
+        user=user if getattr(user, "pk", None) else None,
+        username=getattr(user, "get_username", lambda: "")() if user else "",
+        action=action,
+        source=source,
+        outcome=outcome,
+        result_job_id=result_job_id,
+    )
+
+
+def _state_of(job_id):
+    return Job.objects.filter(id=job_id).values_list("state", flat=True).first()
+
+
+def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
+    job_id = _job_id(job_or_id)
+    if job_id is None:
+        return ActionResult(False, "no such job")
+    with transaction.atomic():
+        # attempt < 100: a job that used the largest allowed number of attempts can only rerun.
+        changed = Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=100).update(
+            state=JobState.PENDING,
+            run_after=timezone.now(),
+            finished_at=None,
+            started_at=None,
+            error_type="",
+            error_message="",
+            error_traceback="",
+            dead_letter_reason="",
+            worker_id="",
+            lease_id=None,
+            lease_expires_at=None,
+            cancel_requested_at=None,
+            # Exhausted jobs get one more attempt; the history of attempts is kept as it is.
+            max_attempts=Least(
+                100, F("max_attempts") + (F("attempt") + 1 - F("max_attempts")) * _exhausted()
+            ),
+        )
+        state = _state_of(job_id)
+        if state is None:
+            return ActionResult(False, "no such job")
+        if changed:
+            message = "job put back in line"
+        elif state in RETRYABLE:
+            message = "job used all 100 attempts; rerun it instead"
+        else:
+            message = f"job already {_words(state)}"
+        _audit(job_id, "retry", message, user=user, source=source)
+        if changed:
+            store.notify_workers()
+    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
+def _exhausted():
+    from django.db.models import Case, IntegerField, Value, When
+
+    return Case(
+        When(attempt__gte=F("max_attempts"), then=Value(1)),
+        default=Value(0),
+        output_field=IntegerField(),
+    )
+
+
+def rerun_job(job_or_id, *, user=None, source="python") -> ActionResult:
+    job_id = _job_id(job_or_id)
+    original = Job.objects.filter(id=job_id).first() if job_id else None
+    if original is None:
+        return ActionResult(False, "no such job")
+    if original.state not in TERMINAL:
+        message = f"job is {_words(original.state)}; only finished jobs can be rerun"
+        _audit(original.id, "rerun", message, user=user, source=source)
+        return ActionResult(False, message, job=original)
+    new_id = uuid.uuid4()
+    with transaction.atomic():
+        store.insert_jobs([{
+            "id": new_id,
+            "task_path": original.task_path,
+            "backend": original.backend,
+            "args": original.args,
+            "kwargs": original.kwargs,
+            "queue_name": original.queue_name,
+            "priority": original.priority,
+            "state": JobState.PENDING,
+            "attempt": 0,
+            "max_attempts": original.max_attempts,
+            "timeout": original.timeout,
+            "rerun_of_id": original.id,
+        }])
+        _audit(original.id, "rerun", "new run enqueued", user=user, source=source,
+               result_job_id=new_id)
+    new_job = Job.objects.get(id=new_id)
+    return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def cancel_job(job_or_id, *, user=None, source="python") -> ActionResult:
+    job_id = _job_id(job_or_id)
+    if job_id is None:
+        return ActionResult(False, "no such job")
+    now = timezone.now()
+    with transaction.atomic():
+        changed = Job.objects.filter(id=job_id, state__in=CANCELLABLE).update(
+            state=JobState.CANCELLED, finished_at=now, error_type="Cancelled",
+            error_message="cancelled by an operator", cancel_requested_at=now,
+        )
+        if changed:
+            store.cancel_continuations([job_id])
+            store.add_counters({"jobs_cancelled": 1})
+            message = "job cancelled"
+        else:
+            # A running job is asked to stop; its worker ends it (cooperatively, then hard).
+            changed = Job.objects.filter(
+                id=job_id, state=JobState.RUNNING, cancel_requested_at__isnull=True
+            ).update(cancel_requested_at=now)
+            state = _state_of(job_id)
+            if state is None:
+                return ActionResult(False, "no such job")
+            if changed:
+                message = "cancel requested; the worker will stop the job"
+            elif state == JobState.RUNNING:
+                message = "cancel already requested"
+            else:
+                message = f"job already {_words(state)}"
+        _audit(job_id, "cancel", message, user=user, source=source)
+    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
+def _words(state):
+    return JobState(state).label.lower()
+
+
+# The contract's Python API.
+
+
+def retry(job_id, **audit) -> bool:
+    """Put a dead-lettered or cancelled job back in line, on the same row."""
+    return retry_job(job_id, **audit).changed
+
+
+def rerun(job_id, **audit) -> Job | None:
+    """Enqueue a new run of a finished job, linked to it through rerun_of."""
+    return rerun_job(job_id, **audit).new_job
+
+
+def cancel(job_id, **audit) -> bool:
+    """Cancel a job that has not finished (a running job is stopped by its worker)."""
+    return cancel_job(job_id, **audit).changed
+

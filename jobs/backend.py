@@ -1,0 +1,299 @@
+"""The django.tasks backend that stores jobs in the database for `manage.py worker`."""
+
+import logging
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+
+from . import payload, retry, store
+from .errors import DuplicateJob
+from .states import JobState
+
+STATUS_OF_STATE = {
+    JobState.PENDING: TaskResultStatus.READY,
+    JobState.SCHEDULED: TaskResultStatus.READY,
+    JobState.RETRYING: TaskResultStatus.READY,
+    JobState.RUNNING: TaskResultStatus.RUNNING,
+    JobState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    JobState.CANCELLED: TaskResultStatus.FAILED,
+    JobState.DEAD_LETTER: TaskResultStatus.FAILED,
+}
+
+_UNSET = object()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTask(Task):
+    """A Task with the job system's options; any of them may be overridden per call."""
+
+    # Attempts allowed before dead-lettering; None defers to OPTIONS["MAX_ATTEMPTS"].
+    max_attempts: int | None = None
+    # A jobs.retry policy or a callable (exception, task_result) -> seconds | None.
+    backoff: Any = None
+    # Seconds an attempt may run before it is stopped and counted as failed (JobTimeout).
+    timeout: float | None = None
+    # The job is cancelled if it has not started by then.
+    not_after: datetime | None = None
+    # At most one non-terminal job holds a given key.
+    dedup_key: str | None = None
+    # A job id (or TaskResult) this continuation waits for.
+    after: Any = None
+
+    def using(self, *, priority=None, queue_name=None, run_after=None, backend=None,
+              max_attempts=_UNSET, backoff=_UNSET, timeout=_UNSET, not_after=_UNSET,
+              dedup_key=_UNSET, after=_UNSET):
+        task = Task.using(self, priority=priority, queue_name=queue_name,
+                          run_after=run_after, backend=backend)
+        changes = {
+            name: value
+            for name, value in [
+                ("max_attempts", max_attempts), ("backoff", backoff), ("timeout", timeout),
+                ("not_after", not_after), ("dedup_key", dedup_key), ("after", after),
+            ]
+            if value is not _UNSET
+        }
+        return replace(task, **changes) if changes else task
+
+    def enqueue_many(self, calls):
+        """Enqueue many calls in one statement: `calls` is an iterable of (args, kwargs).
+
+        Returns the new job ids. Validation is the same as for enqueue; dedup keys and
+        continuations are not available in bulk.
+        """
+        return self.get_backend().enqueue_many(self, calls)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobContext(TaskContext):
+    """What a task with takes_context=True receives as `context`."""
+
+    attempt: int
+    max_attempts: int
+    job_id: str
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jobs.task"))
+
+    def cancel_requested(self) -> bool:
+        """True once an operator has asked to cancel this running job; return early then."""
+        from .models import Job
+
+        return Job.objects.filter(id=self.job_id, cancel_requested_at__isnull=False).exists()
+
+
+class JobsBackend(BaseTaskBackend):
+    task_class = JobTask
+
+    # Does the backend support Tasks to be enqueued with the run_after attribute?
+    supports_defer = True
+    # Does the backend support coroutines to be enqueued?
+    supports_async_task = True
+    # Does the backend support results being retrieved (from any thread/process)?
+    supports_get_result = True
+    # Does the backend support executing Tasks in a given priority order?
+    supports_priority = True
+
+    def __init__(self, alias, params):
+        super().__init__(alias, params)
+        if "QUEUES" in params and not params["QUEUES"]:
+            self.queues = set()  # [] means any queue name is allowed
+        options = self.options
+        self.default_max_attempts = options.get("MAX_ATTEMPTS")
+        self.default_backoff = retry.policy_from_setting(options.get("BACKOFF"))
+        self.heartbeat_seconds = float(options.get("HEARTBEAT_SECONDS", 10))
+        self.lease_seconds = float(options.get("LEASE_SECONDS", 60))
+        # Run each job inline at enqueue (for users' own test suites), through the same
+        # retry logic, without waiting out the backoff.
+        self.eager = bool(options.get("EAGER", False))
+
+    # --- validation -------------------------------------------------------------------------
+
+    def validate_task(self, task):
+        super().validate_task(task)
+        if not isinstance(task, JobTask):
+            return
+        if task.backoff is not None and not retry.is_backoff(task.backoff):
+            raise InvalidTask(
+                "backoff must be a jobs.retry policy (Exponential, Linear, Fixed, NoRetry) or a "
+                "callable (exception, task_result) -> seconds or None"
+            )
+        if task.timeout is not None and (
+            isinstance(task.timeout, bool)
+            or not isinstance(task.timeout, int | float)
+            or not task.timeout > 0
+        ):
+            raise InvalidTask(f"timeout must be a number of seconds > 0, not {task.timeout!r}")
+        if task.not_after is not None:
+            if not isinstance(task.not_after, datetime):
+                raise InvalidTask("not_after must be a datetime")
+            if settings.USE_TZ and timezone.is_naive(task.not_after):
+                raise InvalidTask("not_after must be an aware datetime.")
+        if task.dedup_key is not None and (
+            not isinstance(task.dedup_key, str) or not 0 < len(task.dedup_key) <= 255
+            or "\x00" in task.dedup_key
+        ):
+            raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
+        if len(task.queue_name) > 100 or not task.queue_name:
+            raise InvalidTask("queue_name must be 1 to 100 characters")
+
+    def backoff_for(self, task):
+        return getattr(task, "backoff", None) or self.default_backoff
+
+    def max_attempts_for(self, task):
+        return retry.resolve_max_attempts(
+            task=getattr(task, "max_attempts", None), option=self.default_max_attempts
+        )
+
+    # --- enqueue ----------------------------------------------------------------------------
+
+    def _row(self, task, args, kwargs):
+        args = payload.check_json(list(args), "args")
+        kwargs = payload.check_json(dict(kwargs), "kwargs")
+        return {
+            "id": uuid.uuid4(),
+            "task_path": task.module_path,
+            "backend": self.alias,
+            "args": args,
+            "kwargs": kwargs,
+            "queue_name": task.queue_name,
+            "priority": task.priority,
+            "state": JobState.PENDING,
+            "attempt": 0,
+            "max_attempts": self.max_attempts_for(task),
+            "timeout": float(task.timeout) if getattr(task, "timeout", None) else None,
+            "run_after": task.run_after,
+            "not_after": getattr(task, "not_after", None),
+            "dedup_key": getattr(task, "dedup_key", None),
+        }
+
+    def enqueue(self, task, args, kwargs):
+        self.validate_task(task)
+        row = self._row(task, args, kwargs)
+        after = getattr(task, "after", None)
+        with transaction.atomic():
+            if after is not None:
+                row["parent_id"], row["state"] = self._continuation_state(after)
+            self._insert(row)
+        result = self._result_from_row(task, row)
+        task_enqueued.send(type(self), task_result=result)
+        if self.eager:
+            from .eager import run_inline
+
+            run_inline(row["id"], backend=self)
+            result = self.get_result(row["id"])
+        return result
+
+    def enqueue_many(self, task, calls):
+        self.validate_task(task)
+        if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
+            raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
+        rows = [self._row(task, args, kwargs) for args, kwargs in calls]
+        for start in range(0, len(rows), 1000):
+            store.insert_jobs(rows[start:start + 1000])
+        if self.eager:
+            from .eager import run_inline
+
+            for row in rows:
+                run_inline(row["id"], backend=self)
+        return [row["id"] for row in rows]
+
+    def _insert(self, row):
+        if not row.get("dedup_key"):
+            store.insert_jobs([row])
+            return
+        try:
+            with transaction.atomic():
+                store.insert_jobs([row])
+        except IntegrityError:
+            from .models import Job
+
+            existing = Job.objects.holding_dedup_key(row["dedup_key"]).values_list("id", flat=True)
+            existing = existing.first()
+            if existing is None:
+                raise
+            raise DuplicateJob(row["dedup_key"], existing) from None
+
+    def _continuation_state(self, after):
+        from .models import Job
+
+        parent_id = getattr(after, "id", after)
+        try:
+            parent_id = uuid.UUID(str(parent_id))
+        except ValueError:
+            raise ValueError(f"after= must be a job id, not {after!r}") from None
+        parents = Job.objects.filter(id=parent_id)
+        if store.dialect().pg:
+            # Serialise with the parent's completion, which promotes its continuations.
+            parents = parents.select_for_update()
+        state = parents.values_list("state", flat=True).first()
+        if state is None:
+            raise ValueError(f"after= names job {parent_id}, which does not exist")
+        if state == JobState.SUCCEEDED:
+            return parent_id, JobState.PENDING
+        if state in (JobState.CANCELLED, JobState.DEAD_LETTER):
+            return parent_id, JobState.CANCELLED
+        return parent_id, JobState.SCHEDULED
+
+    # --- results ----------------------------------------------------------------------------
+
+    def _result_from_row(self, task, row):
+        now = timezone.now()
+        return TaskResult(
+            task=task, id=str(row["id"]), status=STATUS_OF_STATE[row["state"]],
+            enqueued_at=now, started_at=None, finished_at=None, last_attempted_at=None,
+            args=row["args"], kwargs=row["kwargs"], backend=self.alias, errors=[],
+            worker_ids=[],
+        )
+
+    def get_result(self, result_id):
+        from .models import Job
+
+        try:
+            job = Job.objects.get(id=uuid.UUID(str(result_id)))
+        except (ValueError, Job.DoesNotExist):
+            raise TaskResultDoesNotExist(result_id) from None
+        return self.result_for_job(job)
+
+    def result_for_job(self, job, task=None):
+        """The standard TaskResult view of a job row (errors: every failed attempt)."""
+        if task is None:
+            task = load_task(job.task_path)
+        attempts = list(job.attempts.order_by("number"))
+        errors = [
+            TaskError(exception_class_path=a.error_type or "Exception",
+                      traceback=a.error_traceback or a.error_message)
+            for a in attempts if a.error_type
+        ]
+        result = TaskResult(
+            task=task, id=str(job.id), status=STATUS_OF_STATE[job.state],
+            enqueued_at=job.enqueued_at, started_at=job.started_at,
+            finished_at=job.finished_at,
+            last_attempted_at=attempts[-1].started_at if attempts else job.started_at,
+            args=job.args, kwargs=job.kwargs, backend=job.backend, errors=errors,
+            worker_ids=[a.worker_id for a in attempts],
+        )
+        object.__setattr__(result, "_return_value", job.return_value)
+        return result
+
+
+def load_task(task_path: str):
+    """Import the Task object at `task_path`; ImportError/TypeError when it is not a Task."""
+    from django.utils.module_loading import import_string
+
+    try:
+        obj = import_string(task_path)
+    except ImportError:
+        raise
+    except Exception as e:  # a module that fails to import is just as unusable
+        raise ImportError(f"importing {task_path!r} failed: {type(e).__name__}: {e}") from e
+    if not isinstance(obj, Task):
+        raise TypeError(f"{task_path!r} is not a task (decorate it with @task)")
+    return obj

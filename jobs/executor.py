@@ -1,0 +1,192 @@
+"""Running one claimed attempt, and the one retry decision every failure goes through.
+
+`run_attempt` executes a task in the current process (a worker's executor child, or inline in
+eager mode) and reports what happened as an `Ran`; it never raises. `decide` turns that — or a
+failure seen from outside the task, like a timeout or a lost worker — into a `store.Finish`.
+"""
+
+import inspect
+import json
+import logging
+import random
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+
+from . import payload, retry
+from .backend import JobContext, load_task
+from .errors import PoisonJob, Unrecoverable
+from .states import AttemptOutcome, DeadLetterReason, JobState
+from .store import Claimed, Finish
+
+logger = logging.getLogger("jobs.worker")
+_rng = random.Random()
+
+MAX_TRACEBACK = 64 * 1024
+
+
+@dataclass(slots=True)
+class Ran:
+    """The outcome of one attempt as the process that ran it saw it."""
+
+    job_id: object
+    kind: str  # "ok", "error", "poison", "released"
+    return_json: str | None = None
+    error_type: str = ""
+    error_message: str = ""
+    error_traceback: str = ""
+    # Seconds until the next attempt per the task's policy; None means stop retrying.
+    delay: float | None = None
+    unrecoverable: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+def _now():
+    return datetime.now(UTC)
+
+
+def describe(exc: BaseException) -> tuple[str, str, str]:
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > MAX_TRACEBACK:
+        text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100):]
+    return name, str(exc), text
+
+
+def _poison(claimed: Claimed, exc: BaseException, started) -> Ran:
+    error_type, message, text = describe(exc)
+    return Ran(claimed.id, "poison", error_type=error_type, error_message=message,
+               error_traceback=text, started_at=started, finished_at=_now())
+
+
+def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
+    """Run the task of a claimed job once, here; never raises."""
+    started = _now()
+    try:
+        task = load_task(claimed.task_path)
+        args = json.loads(claimed.args_json) if isinstance(claimed.args_json, str) else claimed.args_json
+        kwargs = (
+            json.loads(claimed.kwargs_json)
+            if isinstance(claimed.kwargs_json, str) else claimed.kwargs_json
+        )
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise PoisonJob("stored arguments are not a list and a dict")
+        signature = inspect.signature(task.func)
+        if task.takes_context:
+            signature.bind(None, *args, **kwargs)
+        else:
+            signature.bind(*args, **kwargs)
+    except Exception as exc:
+        return _poison(claimed, exc, started)
+
+    result = TaskResult(
+        task=task, id=str(claimed.id), status=TaskResultStatus.RUNNING,
+        enqueued_at=claimed.enqueued_at, started_at=started, finished_at=None,
+        last_attempted_at=started, args=args, kwargs=kwargs, backend=claimed.backend,
+        errors=[], worker_ids=[worker_id] * claimed.attempt,
+    )
+    backend = task.get_backend()
+    sender = type(backend)
+    task_started.send(sender=sender, task_result=result)
+    try:
+        if task.takes_context:
+            context = JobContext(
+                task_result=result, attempt=claimed.attempt,
+                max_attempts=claimed.max_attempts, job_id=str(claimed.id),
+            )
+            value = task.call(context, *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        return_json = payload.dumps(payload.check_json(value, "return value"))
+    except BaseException as exc:  # noqa: BLE001 - any failure of the task is an outcome
+        if isinstance(exc, KeyboardInterrupt | SystemExit) and not _is_task_raised(exc):
+            raise
+        finished = _now()
+        error_type, message, text = describe(exc)
+        unrecoverable = isinstance(exc, Unrecoverable)
+        delay = None
+        if not unrecoverable:
+            try:
+                delay = retry.next_delay(
+                    backend.backoff_for(task), attempt=claimed.attempt, exception=exc,
+                    task_result=result, rng=_rng,
+                )
+            except Exception as policy_error:  # a broken custom policy stops retrying
+                logger.error("backoff of %s failed: %r; not retrying", claimed.task_path,
+                             policy_error)
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", finished)
+        task_finished.send(sender=sender, task_result=result)
+        return Ran(claimed.id, "error", error_type=error_type, error_message=message,
+                   error_traceback=text, delay=delay, unrecoverable=unrecoverable,
+                   started_at=started, finished_at=finished)
+    finished = _now()
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", finished)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=sender, task_result=result)
+    return Ran(claimed.id, "ok", return_json=return_json, started_at=started, finished_at=finished)
+
+
+def _is_task_raised(exc):
+    # SystemExit raised by task code is a failure of that task, not a request to stop us.
+    return isinstance(exc, SystemExit)
+
+
+def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False) -> Finish:
+    """The one retry decision: what state the job goes to after this attempt."""
+    common = dict(
+        job_id=claimed.id, lease_id=claimed.lease_id, worker_id=worker_id,
+        error_type=ran.error_type, error_message=ran.error_message,
+        error_traceback=ran.error_traceback, started_at=ran.started_at,
+        finished_at=ran.finished_at,
+    )
+    if ran.kind == "released":
+        return Finish(job_id=claimed.id, lease_id=claimed.lease_id, state=JobState.PENDING,
+                      outcome=None, worker_id=worker_id)
+    if ran.kind == "ok":
+        return Finish(**common, state=JobState.SUCCEEDED, outcome=AttemptOutcome.SUCCEEDED,
+                      return_json=ran.return_json)
+    if ran.kind == "poison":
+        return Finish(**common, state=JobState.DEAD_LETTER, outcome=AttemptOutcome.POISON,
+                      reason=DeadLetterReason.POISON)
+    if cancel_requested:
+        return Finish(**common, state=JobState.CANCELLED, outcome=AttemptOutcome.CANCELLED)
+    outcome = ran.kind if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED) \
+        else AttemptOutcome.FAILED
+    if ran.unrecoverable:
+        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
+                      reason=DeadLetterReason.UNRECOVERABLE)
+    if outcome == AttemptOutcome.INTERRUPTED:
+        # Not the task's fault: it goes back in line now, with one more attempt if needed.
+        return Finish(**common, state=JobState.RETRYING, outcome=outcome, delay=0,
+                      raise_max_attempts=claimed.attempt >= claimed.max_attempts)
+    if claimed.attempt >= claimed.max_attempts:
+        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
+                      reason=DeadLetterReason.EXHAUSTED)
+    if ran.delay is None:
+        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
+                      reason=DeadLetterReason.UNRECOVERABLE)
+    return Finish(**common, state=JobState.RETRYING, outcome=outcome, delay=ran.delay)
+
+
+def failure_from_outside(claimed: Claimed, exc: BaseException, *, kind="error",
+                         started_at=None) -> Ran:
+    """A failure the task did not raise itself (timeout, lost worker, shutdown), with the
+    delay its task's policy gives for this attempt."""
+    error_type, message, _ = describe(exc)
+    delay = None
+    try:
+        task = load_task(claimed.task_path)
+        delay = retry.next_delay(task.get_backend().backoff_for(task), attempt=claimed.attempt,
+                                 exception=exc, task_result=None, rng=_rng)
+    except Exception:  # unknown task: nothing to retry with
+        delay = None
+    return Ran(claimed.id, kind, error_type=error_type, error_message=message,
+               error_traceback=f"{error_type}: {message}\n", delay=delay,
+               started_at=started_at, finished_at=_now())

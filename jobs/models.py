@@ -1,0 +1,265 @@
+"""The job lifecycle tables and the querysets holding every ORM query the engine runs.
+
+The hot paths that need one hand-written statement per vendor (claim, finish, heartbeat,
+recover) live in `jobs.store`; everything else is a named queryset method here.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .states import ACTIVE, CLAIMABLE, TERMINAL, AttemptOutcome, DeadLetterReason, JobState
+
+TERMINAL_STATES = sorted(TERMINAL)
+ACTIVE_STATES = sorted(ACTIVE)
+
+
+class JobQuerySet(models.QuerySet):
+    def terminal(self):
+        return self.filter(state__in=TERMINAL_STATES)
+
+    def active(self):
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def dead_letters(self):
+        return self.filter(state=JobState.DEAD_LETTER)
+
+    def running(self):
+        return self.filter(state=JobState.RUNNING)
+
+    def ready(self, now=None):
+        """Claimable now: pending or retrying, due, and not expired."""
+        now = now or timezone.now()
+        return self.filter(state__in=CLAIMABLE, run_after__lte=now).filter(
+            Q(not_after__isnull=True) | Q(not_after__gt=now)
+        )
+
+    def holding_dedup_key(self, key):
+        return self.active().filter(dedup_key=key)
+
+
+class Job(models.Model):
+    """One run of a task. Reruns are new rows linked by `rerun_of`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task_path = models.CharField(max_length=255)
+    backend = models.CharField(max_length=100, default="default")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue_name = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    timeout = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
+    run_after = models.DateTimeField(default=timezone.now)
+    not_after = models.DateTimeField(null=True, blank=True)
+    dedup_key = models.CharField(max_length=255, null=True, blank=True)
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
+    )
+    enqueued_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    error_traceback = models.TextField(blank=True, default="")
+    dead_letter_reason = models.CharField(
+        max_length=16, choices=DeadLetterReason.choices, blank=True, default=""
+    )
+    return_value = models.JSONField(null=True, blank=True)
+    # Fencing: who holds the current attempt, and until when (database clock).
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    lease_id = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-enqueued_at", "-id"]
+        permissions = [("operate_job", "Can retry, rerun and cancel jobs")]
+        constraints = [
+            models.CheckConstraint(
+                name="job_finished_iff_terminal",
+                condition=(
+                    Q(state__in=TERMINAL_STATES, finished_at__isnull=False)
+                    | (~Q(state__in=TERMINAL_STATES) & Q(finished_at__isnull=True))
+                ),
+            ),
+            models.CheckConstraint(
+                name="job_attempt_within_max", condition=Q(attempt__lte=F("max_attempts"))
+            ),
+            models.CheckConstraint(
+                name="job_max_attempts_range", condition=Q(max_attempts__gte=1, max_attempts__lte=100)
+            ),
+            models.CheckConstraint(
+                name="job_priority_range", condition=Q(priority__gte=-100, priority__lte=100)
+            ),
+            models.CheckConstraint(
+                name="job_state_valid", condition=Q(state__in=[s.value for s in JobState])
+            ),
+            models.CheckConstraint(
+                name="job_running_has_lease",
+                condition=~Q(state=JobState.RUNNING) | Q(lease_id__isnull=False),
+            ),
+            models.UniqueConstraint(
+                fields=["dedup_key"],
+                condition=Q(dedup_key__isnull=False) & ~Q(state__in=TERMINAL_STATES),
+                name="job_dedup_key_unique_while_active",
+            ),
+        ]
+        indexes = [
+            # Claiming: due jobs in priority order, per queue or across all queues.
+            models.Index(
+                fields=["queue_name", "-priority", "run_after"],
+                condition=Q(state__in=list(CLAIMABLE)),
+                name="job_claimable_queue",
+            ),
+            models.Index(
+                fields=["-priority", "run_after"],
+                condition=Q(state__in=list(CLAIMABLE)),
+                name="job_claimable",
+            ),
+            # Recovery: running jobs by lease expiry.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state=JobState.RUNNING),
+                name="job_running_lease",
+            ),
+            # Expiry of not_after among jobs not yet started.
+            models.Index(
+                fields=["not_after"],
+                condition=Q(not_after__isnull=False, state__in=["pending", "retrying", "scheduled"]),
+                name="job_expiry",
+            ),
+            # Console lists: newest first, optionally by state, queue or task.
+            models.Index(fields=["-enqueued_at", "-id"], name="job_recent"),
+            models.Index(fields=["state", "-enqueued_at", "-id"], name="job_state_recent"),
+            models.Index(fields=["queue_name", "-enqueued_at", "-id"], name="job_queue_recent"),
+            models.Index(fields=["task_path", "-enqueued_at", "-id"], name="job_task_recent"),
+            models.Index(fields=["state", "-finished_at"], name="job_state_finished"),
+        ]
+
+    def __str__(self):
+        return f"{self.task_path} [{self.state}] {self.id}"
+
+    @property
+    def is_terminal(self):
+        return self.state in TERMINAL
+
+    @property
+    def task_name(self):
+        return self.task_path.rsplit(".", 1)[-1]
+
+
+class Attempt(models.Model):
+    """One execution of a job. Append-only: written once, when the attempt ends."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    error_type = models.CharField(max_length=255, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    error_traceback = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_unique_per_job"),
+        ]
+        indexes = [models.Index(fields=["-finished_at"], name="attempt_recent")]
+
+    def __str__(self):
+        return f"attempt {self.number} of {self.job_id}: {self.outcome}"
+
+    @property
+    def duration(self):
+        if self.started_at and self.finished_at:
+            return self.finished_at - self.started_at
+        return None
+
+
+class WorkerNodeQuerySet(models.QuerySet):
+    def online(self, lease_seconds):
+        cutoff = timezone.now() - timezone.timedelta(seconds=lease_seconds)
+        return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
+
+
+class WorkerNode(models.Model):
+    """A running (or recently seen) worker process."""
+
+    id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list, blank=True)
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    jobs_processed = models.PositiveBigIntegerField(default=0)
+
+    objects = WorkerNodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_heartbeat_at"]
+
+    def __str__(self):
+        return self.id
+
+
+class AuditEntry(models.Model):
+    """Who did what to a job, from the console, the API or Python."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="audit_entries")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    username = models.CharField(max_length=150, blank=True, default="")
+    action = models.CharField(max_length=32)
+    source = models.CharField(max_length=16, blank=True, default="python")
+    outcome = models.CharField(max_length=255, blank=True, default="")
+    # The job an action created, e.g. the new run of a rerun.
+    result_job_id = models.UUIDField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["job", "-at"], name="audit_job_recent")]
+
+    def __str__(self):
+        return f"{self.username or 'system'} {self.action} {self.job_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class CounterDeltaQuerySet(models.QuerySet):
+    def totals(self):
+        rows = self.values("name").annotate(total=models.Sum("value"))
+        return {row["name"]: row["total"] or 0 for row in rows}
+
+
+class CounterDelta(models.Model):
+    """Append-only increments of the lifetime counters (jobs_enqueued, ...).
+
+    Writers only insert, so counting never contends on a hot row across workers and machines;
+    maintenance folds old rows into one per name (`jobs.store.compact_counters`).
+    """
+
+    name = models.CharField(max_length=32)
+    value = models.BigIntegerField()
+
+    objects = CounterDeltaQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["name"], name="counter_name")]
+
+    def __str__(self):
+        return f"{self.name} += {self.value}"

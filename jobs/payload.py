@@ -1,0 +1,49 @@
+"""Strict JSON for job arguments and return values.
+
+Only what survives a JSON round trip unchanged is accepted, so what runs is what was enqueued.
+"""
+
+import json
+import math
+from collections.abc import Mapping
+
+
+def check_json(value, where="arguments"):
+    """Raise TypeError/ValueError unless `value` is plain JSON; return it normalised.
+
+    Tuples become lists (as in Django's own task backends). Refused: objects, sets, bytes,
+    non-string keys, NaN/Infinity, and strings holding NUL (PostgreSQL cannot store them).
+    """
+    return _walk(value, where)
+
+
+def _walk(value, path):
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value!r} is not valid JSON (NaN and Infinity are refused)")
+        return value
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError(f"{path}: strings may not contain NUL characters")
+        return value
+    if isinstance(value, list | tuple):
+        return [_walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        out = {}
+        for key, v in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: keys must be strings, not {type(key).__name__}")
+            if "\x00" in key:
+                raise ValueError(f"{path}: keys may not contain NUL characters")
+            out[key] = _walk(v, f"{path}[{key!r}]")
+        return out
+    raise TypeError(
+        f"{path}: {type(value).__name__} is not JSON-serialisable; pass ids, strings, numbers, "
+        "lists and dicts, and load objects inside the task"
+    )
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,182 @@
+"""Backoff policies: pure functions of the attempt number and a random source.
+
+No clock and no database in here. `delay(attempt, rng)` is the number of seconds to wait after
+failed attempt `attempt` (1, 2, ...); pass a seeded `random.Random` for repeatable jitter.
+"""
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_ATTEMPTS = 3
+MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
+
+
+def _jittered(delay: float, jitter: float, jitter_ratio: float, rng: random.Random | None) -> float:
+    rng = rng or random
+    if jitter:
+        delay += rng.uniform(0, jitter)
+    if jitter_ratio:
+        delay += delay * rng.uniform(-jitter_ratio, jitter_ratio)
+    return max(0.0, delay)
+
+
+def _check_non_negative(**values):
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0, not {value!r}")
+
+
+def _check_attempt(attempt: int):
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"attempt must be a whole number >= 1, not {attempt!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Policy:
+    jitter: float = 0
+    jitter_ratio: float = 0
+
+    def __post_init__(self):
+        _check_non_negative(jitter=self.jitter, jitter_ratio=self.jitter_ratio)
+        if self.jitter_ratio > 1:
+            raise ValueError(f"jitter_ratio must be between 0 and 1, not {self.jitter_ratio!r}")
+
+    def base_delay(self, attempt: int) -> float:
+        raise NotImplementedError
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        _check_attempt(attempt)
+        return _jittered(self.base_delay(attempt), self.jitter, self.jitter_ratio, rng)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exponential(_Policy):
+    """min(base * multiplier**(n-1), max) + uniform(0, jitter)."""
+
+    base: float
+    multiplier: float = 2
+    max: float | None = None
+
+    def __init__(self, base, multiplier=2, max=None, jitter=0, jitter_ratio=0):
+        for name, value in [("base", base), ("multiplier", multiplier), ("max", max),
+                            ("jitter", jitter), ("jitter_ratio", jitter_ratio)]:
+            object.__setattr__(self, name, value)
+        _check_non_negative(base=base, multiplier=multiplier, max=max)
+        self.__post_init__()
+
+    def base_delay(self, attempt):
+        try:
+            delay = self.base * self.multiplier ** (attempt - 1)
+        except OverflowError:
+            delay = float("inf")
+        return delay if self.max is None else min(delay, self.max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Linear(_Policy):
+    """min(base + step * (n-1), max) + uniform(0, jitter)."""
+
+    base: float
+    step: float
+    max: float | None = None
+
+    def __init__(self, base, step, max=None, jitter=0, jitter_ratio=0):
+        for name, value in [("base", base), ("step", step), ("max", max), ("jitter", jitter),
+                            ("jitter_ratio", jitter_ratio)]:
+            object.__setattr__(self, name, value)
+        _check_non_negative(base=base, step=step, max=max)
+        self.__post_init__()
+
+    def base_delay(self, attempt):
+        delay = self.base + self.step * (attempt - 1)
+        return delay if self.max is None else min(delay, self.max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fixed(_Policy):
+    """The same delay after every failed attempt, + uniform(0, jitter)."""
+
+    delay_seconds: float
+
+    def __init__(self, delay, jitter=0, jitter_ratio=0):
+        object.__setattr__(self, "delay_seconds", delay)
+        object.__setattr__(self, "jitter", jitter)
+        object.__setattr__(self, "jitter_ratio", jitter_ratio)
+        _check_non_negative(delay=delay)
+        self.__post_init__()
+
+    def base_delay(self, attempt):
+        return self.delay_seconds
+
+
+@dataclass(frozen=True)
+class NoRetry:
+    """The first failure dead-letters the job."""
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> None:
+        _check_attempt(attempt)
+        return None
+
+
+Policy = Exponential | Linear | Fixed | NoRetry
+# A custom backoff: (exception, task_result) -> seconds, or None to stop retrying.
+BackoffCallable = Callable[[BaseException, Any], float | None]
+
+_STRATEGIES = {"exponential": Exponential, "linear": Linear, "fixed": Fixed, "none": NoRetry}
+
+
+def policy_from_setting(setting: Mapping | None) -> Policy:
+    """Build the default policy from OPTIONS["BACKOFF"] (a dict with a "strategy" key)."""
+    if not setting:
+        return Exponential(base=15, multiplier=2, max=3600, jitter=3)
+    options = dict(setting)
+    strategy = str(options.pop("strategy", "exponential")).lower()
+    try:
+        cls = _STRATEGIES[strategy]
+    except KeyError:
+        raise ValueError(
+            f"BACKOFF strategy {strategy!r} is unknown; use one of {sorted(_STRATEGIES)}"
+        ) from None
+    return cls(**options)
+
+
+def is_backoff(value) -> bool:
+    return hasattr(value, "delay") or (callable(value) and not isinstance(value, type))
+
+
+def next_delay(backoff, *, attempt: int, exception: BaseException | None, task_result=None,
+               rng: random.Random | None = None) -> float | None:
+    """Seconds until the next attempt after failed attempt `attempt`, or None to stop.
+
+    Policies get the attempt number; a custom callable gets (exception, task_result).
+    Anything that is not a finite number >= 0 from a callable stops retrying.
+    """
+    if hasattr(backoff, "delay"):
+        return backoff.delay(attempt, rng)
+    value = backoff(exception, task_result)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    return min(float(value), 10 * 365 * 86400.0)
+
+
+def clamp_max_attempts(value) -> int:
+    """The stored max_attempts: 1-100; anything else (wrong type, out of range) becomes 3."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return DEFAULT_MAX_ATTEMPTS
+    if MIN_ATTEMPTS <= value <= MAX_ATTEMPTS:
+        return value
+    return DEFAULT_MAX_ATTEMPTS
+
+
+def resolve_max_attempts(*, call=None, task=None, option=None) -> int:
+    """Precedence: per call (.using) > per task (@task) > OPTIONS["MAX_ATTEMPTS"] > 3."""
+    for value in (call, task, option):
+        if value is not None:
+            return clamp_max_attempts(value)
+    return DEFAULT_MAX_ATTEMPTS

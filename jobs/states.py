@@ -1,0 +1,91 @@
+"""The job lifecycle: its states and the only transitions allowed between them."""
+
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    # Waiting to be claimed once run_after has passed.
+    PENDING = "pending", "Pending"
+    # A continuation waiting for its parent to succeed.
+    SCHEDULED = "scheduled", "Scheduled"
+    # Claimed by a worker; an attempt is in progress.
+    RUNNING = "running", "Running"
+    # The last attempt failed; the next one is due at run_after.
+    RETRYING = "retrying", "Retrying"
+    # Terminal: the last attempt returned.
+    SUCCEEDED = "succeeded", "Succeeded"
+    # Terminal: by an operator, by not_after expiry, or because the parent ended unsuccessfully.
+    CANCELLED = "cancelled", "Cancelled"
+    # Terminal: attempts exhausted, Unrecoverable raised, or the job cannot run at all.
+    DEAD_LETTER = "dead_letter", "Dead letter"
+
+
+class DeadLetterReason(models.TextChoices):
+    # Every allowed attempt failed.
+    EXHAUSTED = "exhausted", "Attempts exhausted"
+    # The task raised Unrecoverable (or the retry policy said stop).
+    UNRECOVERABLE = "unrecoverable", "Unrecoverable error"
+    # The job cannot run at all: unknown task or undecodable payload.
+    POISON = "poison", "Poison (cannot run)"
+
+
+class AttemptOutcome(models.TextChoices):
+    # The task returned.
+    SUCCEEDED = "succeeded", "Succeeded"
+    # The task raised, or ran past its timeout (error_type JobTimeout).
+    FAILED = "failed", "Failed"
+    # The worker running it vanished; recovered after its lease expired.
+    LOST = "lost", "Lost (worker gone)"
+    # The worker shut down before the task finished and handed it back.
+    INTERRUPTED = "interrupted", "Interrupted (worker shutdown)"
+    # An operator cancelled it while it ran.
+    CANCELLED = "cancelled", "Cancelled"
+    # The job could not run at all (unknown task, bad arguments).
+    POISON = "poison", "Poison"
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD_LETTER})
+ACTIVE = frozenset(set(JobState) - TERMINAL)
+# Claimable once run_after has passed.
+CLAIMABLE = (JobState.PENDING, JobState.RETRYING)
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.SCHEDULED: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.SUCCEEDED,
+            JobState.RETRYING,
+            JobState.DEAD_LETTER,
+            JobState.CANCELLED,
+            # A claimed job released unstarted (worker shutting down before it began).
+            JobState.PENDING,
+        }
+    ),
+    JobState.RETRYING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    JobState.SUCCEEDED: frozenset(),
+    # Retry by an operator puts the same row back in line.
+    JobState.CANCELLED: frozenset({JobState.PENDING}),
+    JobState.DEAD_LETTER: frozenset({JobState.PENDING}),
+}
+
+
+class IllegalTransition(ValueError):
+    """A state change the lifecycle does not allow."""
+
+
+def can_transition(source: str, target: str) -> bool:
+    return target in TRANSITIONS.get(source, frozenset())
+
+
+def sources_of(target: str) -> list[str]:
+    """Every state from which `target` may be reached, for guarded updates."""
+    sources = [s for s, targets in TRANSITIONS.items() if target in targets]
+    if not sources:
+        raise IllegalTransition(f"no state may move to {target!r}")
+    return sources
+
+
+def check_transition(source: str, target: str) -> None:
+    if not can_transition(source, target):
+        raise IllegalTransition(f"a job cannot go from {source!r} to {target!r}")

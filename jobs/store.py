@@ -1,0 +1,594 @@
+"""Every hand-written statement of the engine, one dialect switch for PostgreSQL and SQLite.
+
+All state changes are guarded updates: they name the states a row may be in (and, for a
+worker's writes, the `lease_id` of its claim) and report which rows actually changed. A row that
+did not change means the caller lost a race; it is never treated as success.
+
+Times come from the database clock on PostgreSQL (`now()`), and from `jobsite_now()` on SQLite,
+a function registered on every SQLite connection (one machine, so one clock).
+"""
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
+
+from . import payload
+from .states import CLAIMABLE, TERMINAL, AttemptOutcome, JobState
+
+JOB = "jobs_job"
+ATTEMPT = "jobs_attempt"
+COUNTER = "jobs_counterdelta"
+NOTIFY_CHANNEL = "jobsite_jobs"
+
+
+def _sqlite_now() -> str:
+    return datetime.now(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+def _sqlite_after(seconds) -> str:
+    moment = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=float(seconds or 0))
+    return moment.isoformat(sep=" ", timespec="microseconds")
+
+
+@receiver(connection_created)
+def _register_sqlite_clock(sender, connection, **kwargs):
+    if connection.vendor == "sqlite":
+        connection.connection.create_function("jobsite_now", 0, _sqlite_now)
+        connection.connection.create_function("jobsite_after", 1, _sqlite_after)
+
+
+class _Dialect:
+    def __init__(self, vendor):
+        self.pg = vendor == "postgresql"
+        self.now = "now()" if self.pg else "jobsite_now()"
+        self.uuid = "%s::uuid" if self.pg else "%s"
+        self.json = "%s::jsonb" if self.pg else "%s"
+        self.float = "%s::float8" if self.pg else "%s"
+        self.int = "%s::int" if self.pg else "%s"
+        self.text = "%s::text" if self.pg else "%s"
+
+    def after(self, expr):
+        """now + `expr` seconds."""
+        return f"now() + ({expr}) * interval '1 second'" if self.pg else f"jobsite_after({expr})"
+
+    def uuid_value(self, value):
+        if value is None:
+            return None
+        value = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+        return value if self.pg else value.hex
+
+    def in_list(self, values, cast=None):
+        placeholder = cast or "%s"
+        return "(" + ", ".join([placeholder] * len(values)) + ")"
+
+    def parse_uuid(self, value):
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+    def parse_time(self, value):
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            value = datetime.fromisoformat(value)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    def time_value(self, value):
+        """A datetime parameter as this database stores it (SQLite: naive UTC text)."""
+        if value is None or self.pg:
+            return value
+        if value.tzinfo:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.isoformat(sep=" ", timespec="microseconds")
+
+
+def dialect() -> _Dialect:
+    return _Dialect(connection.vendor)
+
+
+def _states(values):
+    return ", ".join(f"'{v}'" for v in values)
+
+
+CLAIMABLE_SQL = _states(CLAIMABLE)
+TERMINAL_SQL = _states(sorted(TERMINAL))
+
+
+# --- enqueue ---------------------------------------------------------------------------------
+
+INSERT_COLUMNS = (
+    "id", "task_path", "backend", "args", "kwargs", "queue_name", "priority", "state", "attempt",
+    "max_attempts", "timeout", "run_after", "not_after", "dedup_key", "rerun_of_id", "parent_id",
+    "enqueued_at", "error_type", "error_message", "error_traceback", "dead_letter_reason",
+    "worker_id", "finished_at",
+)
+
+
+def insert_jobs(rows: list[dict]) -> None:
+    """Insert new jobs, count them, and wake idle workers (one NOTIFY per statement).
+
+    `rows` carry already-validated values; `run_after` None means now. On PostgreSQL the insert,
+    the counter and the notification are one statement; callers wrap this in a transaction
+    when they need more than one statement to be atomic.
+    """
+    if not rows:
+        return
+    d = dialect()
+    values, params = [], []
+    for row in rows:
+        placeholders = []
+        for column in INSERT_COLUMNS:
+            value = row.get(column)
+            if column in ("id", "rerun_of_id", "parent_id"):
+                placeholders.append(d.uuid)
+                params.append(d.uuid_value(value))
+            elif column in ("args", "kwargs"):
+                placeholders.append(d.json)
+                params.append(payload.dumps(value))
+            elif column in ("run_after", "enqueued_at"):
+                placeholders.append(f"COALESCE(%s, {d.now})")
+                params.append(d.time_value(value))
+            elif column == "not_after":
+                placeholders.append("%s")
+                params.append(d.time_value(value))
+            elif column == "finished_at":
+                placeholders.append(
+                    f"CASE WHEN %s THEN {d.now} ELSE NULL END"
+                )
+                params.append(row["state"] in TERMINAL)
+            elif column in ("error_type", "error_message", "error_traceback",
+                            "dead_letter_reason", "worker_id"):
+                placeholders.append("%s")
+                params.append(value or "")
+            else:
+                placeholders.append("%s")
+                params.append(value)
+        values.append("(" + ", ".join(placeholders) + ")")
+    insert = f"INSERT INTO {JOB} ({', '.join(INSERT_COLUMNS)}) VALUES {', '.join(values)}"
+    with connection.cursor() as cursor:
+        if d.pg:
+            cursor.execute(
+                f"WITH ins AS ({insert} RETURNING 1), "
+                f"cnt AS (INSERT INTO {COUNTER} (name, value) "
+                f"SELECT 'jobs_enqueued', count(*) FROM ins) "
+                f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')",
+                params,
+            )
+        else:
+            with transaction.atomic():
+                cursor.execute(insert, params)
+                cursor.execute(
+                    f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s)",
+                    [len(rows)],
+                )
+
+
+def notify_workers() -> None:
+    """Wake idle workers on PostgreSQL (delivered at commit); nothing to do on SQLite."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
+
+
+# --- claim -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A job a worker has claimed, with everything needed to run it."""
+
+    id: uuid.UUID
+    lease_id: uuid.UUID
+    task_path: str
+    args_json: str
+    kwargs_json: str
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    queue_name: str
+    priority: int
+    backend: str
+    started_at: datetime | None = None
+    enqueued_at: datetime | None = None
+    # Set by the worker: when the attempt actually began in an executor (monotonic clock).
+    began: float | None = field(default=None, compare=False)
+
+
+def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
+    """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
+    d = dialect()
+    lease_id = uuid.uuid4()
+    queue_filter, queue_params = "", []
+    if queues:
+        queue_filter = f"AND queue_name IN {d.in_list(queues)}"
+        queue_params = list(queues)
+    lock = "FOR UPDATE SKIP LOCKED" if d.pg else ""
+    args_col = "args::text, kwargs::text" if d.pg else "args, kwargs"
+    sql = f"""
+        UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
+            lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
+        WHERE id IN (
+            SELECT id FROM {JOB}
+            WHERE state IN ({CLAIMABLE_SQL}) AND run_after <= {d.now}
+              AND (not_after IS NULL OR not_after > {d.now}) {queue_filter}
+            ORDER BY priority DESC, run_after
+            LIMIT %s {lock}
+        )
+        RETURNING id, task_path, {args_col}, attempt, max_attempts, timeout, queue_name,
+            priority, backend, started_at, enqueued_at
+    """
+    params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    claimed = [
+        Claimed(
+            id=d.parse_uuid(r[0]), lease_id=lease_id, task_path=r[1], args_json=r[2],
+            kwargs_json=r[3], attempt=r[4], max_attempts=r[5], timeout=r[6], queue_name=r[7],
+            priority=r[8], backend=r[9], started_at=d.parse_time(r[10]),
+            enqueued_at=d.parse_time(r[11]),
+        )
+        for r in rows
+    ]
+    claimed.sort(key=lambda c: -c.priority)
+    return claimed
+
+
+def claim_one(job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None:
+    """Claim one specific due job (the eager backend runs jobs this way)."""
+    d = dialect()
+    lease_id = uuid.uuid4()
+    args_col = "args::text, kwargs::text" if d.pg else "args, kwargs"
+    sql = f"""
+        UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
+            lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
+        WHERE id = {d.uuid} AND state IN ({CLAIMABLE_SQL})
+        RETURNING id, task_path, {args_col}, attempt, max_attempts, timeout, queue_name,
+            priority, backend, started_at, enqueued_at
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [d.uuid_value(lease_id), lease_seconds, worker_id,
+                             d.uuid_value(job_id)])
+        r = cursor.fetchone()
+    if r is None:
+        return None
+    return Claimed(
+        id=d.parse_uuid(r[0]), lease_id=lease_id, task_path=r[1], args_json=r[2],
+        kwargs_json=r[3], attempt=r[4], max_attempts=r[5], timeout=r[6], queue_name=r[7],
+        priority=r[8], backend=r[9], started_at=d.parse_time(r[10]),
+        enqueued_at=d.parse_time(r[11]),
+    )
+
+
+# --- finish ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class Finish:
+    """How one claimed attempt ended, as decided by the worker (or by recovery)."""
+
+    job_id: uuid.UUID
+    lease_id: uuid.UUID
+    state: str  # succeeded, retrying, dead_letter, cancelled, or pending (released unstarted)
+    outcome: str | None  # the Attempt outcome; None when released unstarted (no attempt ran)
+    worker_id: str = ""
+    return_json: str | None = None
+    delay: float = 0.0  # seconds until the next attempt, for retrying
+    reason: str = ""  # dead_letter_reason
+    error_type: str = ""
+    error_message: str = ""
+    error_traceback: str = ""
+    started_at: datetime | None = None  # wall clock of the attempt, as the executor saw it
+    finished_at: datetime | None = None
+    # Recovery only: change the row only if its lease has really expired.
+    only_if_expired: bool = False
+    # Set for an attempt handed back at shutdown when it was the last allowed one.
+    raise_max_attempts: bool = False
+
+
+def finish(results: list[Finish]) -> list[Finish]:
+    """Apply the outcomes whose lease still holds; return those that took effect.
+
+    One transaction: the guarded job update, the attempt rows, the continuations of jobs that
+    became terminal, and the counters.
+    """
+    if not results:
+        return []
+    d = dialect()
+    applied: list[Finish] = []
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            for chunk_start in range(0, len(results), 500):
+                chunk = results[chunk_start:chunk_start + 500]
+                applied.extend(_finish_chunk(cursor, d, chunk))
+            if applied:
+                _after_finish(cursor, d, applied)
+    return applied
+
+
+def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
+    rows, params = [], []
+    for r in chunk:
+        rows.append(
+            f"({d.uuid}, {d.uuid}, {d.text}, {d.json}, {d.float}, {d.text}, {d.text}, {d.text}, "
+            f"{d.text}, {d.int}, {d.int})"
+        )
+        params += [
+            d.uuid_value(r.job_id), d.uuid_value(r.lease_id), r.state, r.return_json,
+            float(r.delay or 0), r.reason, r.error_type[:255], r.error_message,
+            r.error_traceback, 1 if r.only_if_expired else 0, 1 if r.raise_max_attempts else 0,
+        ]
+    terminal = f"v.new_state IN ({TERMINAL_SQL})"
+    has_error = "v.error_type <> ''"
+    sql = f"""
+        WITH v (job_id, lease_id, new_state, return_value, delay, reason, error_type,
+                error_message, error_traceback, only_if_expired, raise_max) AS (
+            VALUES {", ".join(rows)}
+        )
+        UPDATE {JOB} SET
+            state = v.new_state,
+            finished_at = CASE WHEN {terminal} THEN {d.now} ELSE NULL END,
+            return_value = CASE WHEN v.new_state = 'succeeded' THEN v.return_value
+                                ELSE {JOB}.return_value END,
+            run_after = CASE WHEN v.new_state = 'retrying' THEN {d.after("v.delay")}
+                             ELSE {JOB}.run_after END,
+            attempt = CASE WHEN v.new_state = 'pending' THEN {JOB}.attempt - 1
+                           ELSE {JOB}.attempt END,
+            started_at = CASE WHEN v.new_state = 'pending' AND {JOB}.attempt = 1 THEN NULL
+                              ELSE {JOB}.started_at END,
+            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < 100
+                                THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
+            dead_letter_reason = CASE WHEN v.new_state = 'dead_letter' THEN v.reason ELSE '' END,
+            error_type = CASE WHEN {has_error} THEN v.error_type ELSE {JOB}.error_type END,
+            error_message = CASE WHEN {has_error} THEN v.error_message
+                                 ELSE {JOB}.error_message END,
+            error_traceback = CASE WHEN {has_error} THEN v.error_traceback
+                                   ELSE {JOB}.error_traceback END,
+            lease_id = NULL,
+            lease_expires_at = NULL,
+            cancel_requested_at = CASE WHEN {terminal} THEN {JOB}.cancel_requested_at
+                                       ELSE NULL END
+        FROM v
+        WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = 'running'
+          AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {d.now})
+        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at
+    """
+    cursor.execute(sql, params)
+    changed = {d.parse_uuid(r[0]): (r[1], d.parse_time(r[2])) for r in cursor.fetchall()}
+    applied = []
+    for r in chunk:
+        if r.job_id in changed:
+            attempt, started_at = changed[r.job_id]
+            r.started_at = r.started_at or started_at
+            applied.append((r, attempt))
+    _insert_attempts(cursor, d, applied)
+    return [r for r, _ in applied]
+
+
+def _insert_attempts(cursor, d: _Dialect, applied):
+    rows, params = [], []
+    for r, attempt_after in applied:
+        if r.outcome is None:
+            continue  # released unstarted: no attempt ran
+        # For a release the counter went back; every other outcome keeps the claimed number.
+        rows.append(f"({d.uuid}, %s, %s, %s, COALESCE(%s, {d.now}), %s, %s, %s, %s)")
+        params += [
+            d.uuid_value(r.job_id), attempt_after, r.worker_id, d.time_value(r.started_at),
+            d.time_value(r.finished_at),
+            r.outcome, r.error_type[:255], r.error_message, r.error_traceback,
+        ]
+    if rows:
+        cursor.execute(
+            f"INSERT INTO {ATTEMPT} (job_id, number, worker_id, started_at, finished_at, "
+            f"outcome, error_type, error_message, error_traceback) VALUES {', '.join(rows)}",
+            params,
+        )
+
+
+def _after_finish(cursor, d: _Dialect, applied: list[Finish]):
+    succeeded = [r.job_id for r in applied if r.state == JobState.SUCCEEDED]
+    ended_badly = [
+        r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
+    ]
+    if succeeded:
+        release_continuations(succeeded, cursor=cursor)
+    if ended_badly:
+        cancel_continuations(ended_badly, cursor=cursor)
+    counts = {
+        "jobs_succeeded": len(succeeded),
+        "jobs_failed": sum(
+            1 for r in applied
+            if r.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON,
+                             AttemptOutcome.INTERRUPTED)
+        ),
+        "jobs_requeued": sum(1 for r in applied if r.state == JobState.RETRYING),
+        "jobs_dead_lettered": sum(1 for r in applied if r.state == JobState.DEAD_LETTER),
+        "jobs_recovered": sum(1 for r in applied if r.outcome == AttemptOutcome.LOST),
+        "jobs_cancelled": sum(1 for r in applied if r.state == JobState.CANCELLED),
+    }
+    add_counters(counts, cursor=cursor)
+
+
+def release_continuations(parent_ids, *, cursor=None):
+    """Continuations of parents that succeeded become pending (due now)."""
+    return _update_children(
+        parent_ids,
+        f"state = 'pending', run_after = {dialect().now}",
+        cursor=cursor, notify=True,
+    )
+
+
+def cancel_continuations(parent_ids, *, cursor=None):
+    """Continuations of parents that ended unsuccessfully are cancelled, recursively."""
+    d = dialect()
+    total = 0
+    frontier = list(parent_ids)
+    while frontier:
+        cancelled = _update_children(
+            frontier,
+            f"state = 'cancelled', finished_at = {d.now}, "
+            "error_type = 'ParentFailed', error_message = 'its parent job did not succeed'",
+            cursor=cursor, returning=True,
+        )
+        total += len(cancelled)
+        frontier = cancelled
+    return total
+
+
+def _update_children(parent_ids, assignments, *, cursor=None, notify=False, returning=False):
+    d = dialect()
+    ids = [d.uuid_value(i) for i in parent_ids]
+    sql = (
+        f"UPDATE {JOB} SET {assignments} WHERE state = 'scheduled' "
+        f"AND parent_id IN {d.in_list(ids, d.uuid)} RETURNING id"
+    )
+
+    def run(c):
+        c.execute(sql, ids)
+        changed = [d.parse_uuid(r[0]) for r in c.fetchall()]
+        if notify and changed and d.pg:
+            c.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
+        return changed
+
+    if cursor is not None:
+        return run(cursor)
+    with connection.cursor() as c:
+        return run(c)
+
+
+def add_counters(counts: dict[str, int], *, cursor=None):
+    rows = [(name, n) for name, n in counts.items() if n]
+    if not rows:
+        return
+    sql = f"INSERT INTO {COUNTER} (name, value) VALUES " + ", ".join(["(%s, %s)"] * len(rows))
+    params = [x for row in rows for x in row]
+    if cursor is not None:
+        cursor.execute(sql, params)
+    else:
+        with connection.cursor() as c:
+            c.execute(sql, params)
+
+
+# --- heartbeat, recovery, expiry --------------------------------------------------------------
+
+
+def renew_leases(leases: list[tuple[uuid.UUID, uuid.UUID]], lease_seconds: float) -> set:
+    """Extend the leases this worker still holds; returns the job ids whose lease held."""
+    if not leases:
+        return set()
+    d = dialect()
+    held = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(leases), 500):
+            chunk = leases[start:start + 500]
+            rows = ", ".join([f"({d.uuid}, {d.uuid})"] * len(chunk))
+            params = [d.uuid_value(x) for pair in chunk for x in pair]
+            cursor.execute(
+                f"WITH v (job_id, lease_id) AS (VALUES {rows}) "
+                f"UPDATE {JOB} SET lease_expires_at = {d.after('%s')} FROM v "
+                f"WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id "
+                f"AND {JOB}.state = 'running' RETURNING {JOB}.id",
+                [*params, lease_seconds],
+            )
+            held.update(d.parse_uuid(r[0]) for r in cursor.fetchall())
+    return held
+
+
+@dataclass(slots=True)
+class Expired:
+    id: uuid.UUID
+    lease_id: uuid.UUID
+    task_path: str
+    backend: str
+    attempt: int
+    max_attempts: int
+    worker_id: str
+    started_at: datetime | None
+
+
+def expired_leases(limit: int = 200) -> list[Expired]:
+    """Running jobs whose lease ran out (their worker died, stalled or was cut off)."""
+    d = dialect()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, lease_id, task_path, backend, attempt, max_attempts, worker_id, "
+            f"started_at FROM {JOB} WHERE state = 'running' AND lease_expires_at < {d.now} "
+            f"ORDER BY lease_expires_at LIMIT %s",
+            [limit],
+        )
+        rows = cursor.fetchall()
+    return [
+        Expired(d.parse_uuid(r[0]), d.parse_uuid(r[1]), r[2], r[3], r[4], r[5], r[6],
+                d.parse_time(r[7]))
+        for r in rows
+    ]
+
+
+def expire_not_after(limit: int = 1000) -> list[uuid.UUID]:
+    """Cancel jobs not started by their not_after; their continuations are cancelled too."""
+    d = dialect()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {JOB} SET state = 'cancelled', finished_at = {d.now}, "
+            f"error_type = 'Expired', error_message = 'not started before not_after' "
+            f"WHERE id IN (SELECT id FROM {JOB} WHERE state IN ('pending', 'retrying', "
+            f"'scheduled') AND not_after IS NOT NULL AND not_after <= {d.now} LIMIT %s) "
+            f"RETURNING id",
+            [limit],
+        )
+        expired = [d.parse_uuid(r[0]) for r in cursor.fetchall()]
+        if expired:
+            cancel_continuations(expired, cursor=cursor)
+            add_counters({"jobs_cancelled": len(expired)}, cursor=cursor)
+    return expired
+
+
+def settle_orphaned_continuations(limit: int = 1000) -> int:
+    """Safety net: continuations whose parent already ended (enqueued in a race with it)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.parent_id, p.state FROM {JOB} c JOIN {JOB} p ON p.id = c.parent_id "
+            f"WHERE c.state = 'scheduled' AND p.state IN ({TERMINAL_SQL}) LIMIT %s",
+            [limit],
+        )
+        rows = cursor.fetchall()
+        d = dialect()
+        done = {d.parse_uuid(p) for p, s in rows if s == JobState.SUCCEEDED}
+        failed = {d.parse_uuid(p) for p, s in rows if s != JobState.SUCCEEDED}
+        n = 0
+        if done:
+            n += len(release_continuations(list(done), cursor=cursor))
+        if failed:
+            n += cancel_continuations(list(failed), cursor=cursor)
+    return n
+
+
+def compact_counters() -> None:
+    """Fold the counter increments into one row per name."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(id) FROM {COUNTER}")
+        (top,) = cursor.fetchone()
+        if top is None:
+            return
+        cursor.execute(
+            f"SELECT name, sum(value), count(*) FROM {COUNTER} WHERE id <= %s GROUP BY name",
+            [top],
+        )
+        totals = cursor.fetchall()
+        if all(count <= 1 for _, _, count in totals):
+            return
+        cursor.execute(f"DELETE FROM {COUNTER} WHERE id <= %s", [top])
+        cursor.executemany(
+            f"INSERT INTO {COUNTER} (name, value) VALUES (%s, %s)",
+            [(name, total) for name, total, _ in totals],
+        )
+
+
+def loads(text):
+    """Stored JSON as Python (SQLite gives text, PostgreSQL's ::text cast too)."""
+    if text is None:
+        return None
+    return json.loads(text) if isinstance(text, str) else text

@@ -1,0 +1,191 @@
+"""Settings for the jobsite project.
+
+Production-shaped: secrets and switches come from the environment, with defaults that are safe
+for a laptop. `DATABASE_URL` selects the database (any dj-database-url URL); without it an
+SQLite file beside this project is used, in WAL mode so a worker and the web server share it.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_flag(name, default=False):
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = env_flag("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_flag("JOBSITE_REQUIRE_SECRET", False):
+        raise ImproperlyConfigured("Set DJANGO_SECRET_KEY to a long random string.")
+    # Local use only: a fixed development key. Production sets DJANGO_SECRET_KEY.
+    SECRET_KEY = "jobsite-local-development-key-not-for-production-use-0123456789"
+
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "jobs",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "jobsite.urls"
+WSGI_APPLICATION = "jobsite.wsgi.application"
+ASGI_APPLICATION = "jobsite.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
+            ],
+        },
+    }
+]
+
+
+def database_from_environment():
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if not url:
+        url = f"sqlite:///{BASE_DIR / 'jobsite.sqlite3'}"
+    config = dj_database_url.parse(url, conn_max_age=0)
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = {
+            # Every write transaction takes the write lock up front, so two processes never
+            # deadlock upgrading a read lock; waits are bounded by the busy timeout.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+            ),
+        }
+        config.setdefault("TEST", {})
+        # Tests that run the worker in a subprocess need a file both processes can open.
+        config["TEST"]["NAME"] = os.environ.get(
+            "JOBSITE_TEST_SQLITE", str(BASE_DIR / "test-jobsite.sqlite3")
+        )
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        config["OPTIONS"] = {"application_name": "jobsite"}
+    return config
+
+
+DATABASES = {"default": database_from_environment()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TASKS = {
+    "default": {
+        "BACKEND": "jobs.backend.JobsBackend",
+        "QUEUES": [],
+        "OPTIONS": {
+            "MAX_ATTEMPTS": 3,
+            "BACKOFF": {"strategy": "exponential", "base": 15, "multiplier": 2, "max": 3600,
+                        "jitter": 3},
+            "HEARTBEAT_SECONDS": 10,
+            "LEASE_SECONDS": 60,
+        },
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+# Serve from the app folders too, so a fresh checkout works before collectstatic.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Security headers: no inline scripts, no framing, no third-party origins.
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "frame-ancestors": ["'none'"],
+    "form-action": ["'self'"],
+    "base-uri": ["'self'"],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "worker": {"format": "%(asctime)s %(levelname)-7s %(message)s"},
+    },
+    "handlers": {
+        "worker": {"class": "logging.StreamHandler", "formatter": "worker"},
+    },
+    "loggers": {
+        "jobs": {"handlers": ["worker"], "level": os.environ.get("JOBSITE_LOG_LEVEL", "INFO"),
+                 "propagate": False},
+        "django.tasks": {"level": "WARNING"},
+    },
+}

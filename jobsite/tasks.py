@@ -1,0 +1,51 @@
+"""Demo tasks for the quick start: some succeed, some fail once, some always fail."""
+
+import random
+import time
+
+from django.tasks import task
+
+from jobs.errors import Unrecoverable
+from jobs.retry import Exponential, Fixed, NoRetry
+
+
+@task()
+def add(a, b):
+    return a + b
+
+
+@task(queue_name="emails", max_attempts=3, backoff=Fixed(2, jitter=1), takes_context=True)
+def send_welcome_email(context, user_id):
+    if context.attempt == 1 and user_id % 3 == 0:
+        raise ConnectionError(f"SMTP server refused the connection for user {user_id}")
+    context.logger.info("sent welcome email to user %s", user_id)
+    return {"user_id": user_id, "sent": True}
+
+
+@task(queue_name="reports", max_attempts=3, backoff=Exponential(base=2, multiplier=2, jitter=1))
+def build_report(report_id):
+    time.sleep(random.uniform(0.05, 0.4))
+    if report_id % 5 == 0:
+        raise ValueError(f"report {report_id} references a missing column 'revenue_eur'")
+    return {"report_id": report_id, "rows": random.randint(10, 500)}
+
+
+@task(queue_name="billing", backoff=NoRetry())
+def charge_card(invoice_id):
+    raise Unrecoverable(f"card declined for invoice {invoice_id}: do not retry")
+
+
+@task(queue_name="reports")
+def publish_report(report_id):
+    return {"published": report_id}
+
+
+@task(timeout=1)
+def slow_sync(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@task()
+def noop():
+    return None
