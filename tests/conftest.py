@@ -1,0 +1,90 @@
+"""Shared fixtures: real databases, the real worker in a subprocess."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    """The URL of the database the tests are using, for subprocesses."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    user = s.get("USER") or "postgres"
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env(tmp_path):
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "jobsite.settings"
+    env["JOBSITE_TEST_LEDGER"] = str(tmp_path / "ledger.txt")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def ledger(subprocess_env):
+    """Lines the test tasks wrote, one per execution: [(key, pid, time)]."""
+    path = Path(subprocess_env["JOBSITE_TEST_LEDGER"])
+
+    def read():
+        if not path.exists():
+            return []
+        return [
+            (parts[0], int(parts[1]), float(parts[2]))
+            for parts in (line.split() for line in path.read_text().splitlines())
+        ]
+
+    return read
+
+
+@pytest.fixture
+def run_worker(subprocess_env):
+    """Run `manage.py worker --burst ...` to completion; returns the CompletedProcess."""
+
+    def run(*args, timeout=120):
+        proc = subprocess.run(
+            [sys.executable, "manage.py", "worker", "--burst", *args],
+            cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=timeout,
+        )
+        return proc
+
+    return run
+
+
+@pytest.fixture
+def start_worker(subprocess_env):
+    """Start `manage.py worker ...` in the background (its own process group)."""
+    started = []
+
+    def start(*args, **popen_kwargs):
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "worker", *args],
+            cwd=ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True, **popen_kwargs,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
