@@ -14,8 +14,9 @@ class ApiTokenQuerySet(models.QuerySet):
 class ApiToken(models.Model):
     """A bearer token for the JSON API, stored as a SHA-256 hash; acts as its user."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(max_length=100, blank=True, default="")
     prefix = models.CharField(max_length=12, help_text="First characters, for listing.")
     key_hash = models.CharField(max_length=64, unique=True)
@@ -39,5 +40,7 @@ class ApiToken(models.Model):
     def issue(cls, user, name=""):
         """Create a token; returns (token, key). The key is shown once and never stored."""
         key = "jst_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, prefix=key[:12], key_hash=cls.hash_key(key))
+        token = cls.objects.create(
+            user=user, name=name, prefix=key[:12], key_hash=cls.hash_key(key)
+        )
         return token, key

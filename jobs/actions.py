@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from . import store
 from .models import AuditEntry, Job
-from .states import TERMINAL, JobState, sources_of
+from .states import TERMINAL, JobState
 
 RETRYABLE = (JobState.DEAD_LETTER, JobState.CANCELLED)
 CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING)
@@ -115,22 +115,27 @@ def rerun_job(job_or_id, *, user=None, source="python") -> ActionResult:
         return ActionResult(False, message, job=original)
     new_id = uuid.uuid4()
     with transaction.atomic():
-        store.insert_jobs([{
-            "id": new_id,
-            "task_path": original.task_path,
-            "backend": original.backend,
-            "args": original.args,
-            "kwargs": original.kwargs,
-            "queue_name": original.queue_name,
-            "priority": original.priority,
-            "state": JobState.PENDING,
-            "attempt": 0,
-            "max_attempts": original.max_attempts,
-            "timeout": original.timeout,
-            "rerun_of_id": original.id,
-        }])
-        _audit(original.id, "rerun", "new run enqueued", user=user, source=source,
-               result_job_id=new_id)
+        store.insert_jobs(
+            [
+                {
+                    "id": new_id,
+                    "task_path": original.task_path,
+                    "backend": original.backend,
+                    "args": original.args,
+                    "kwargs": original.kwargs,
+                    "queue_name": original.queue_name,
+                    "priority": original.priority,
+                    "state": JobState.PENDING,
+                    "attempt": 0,
+                    "max_attempts": original.max_attempts,
+                    "timeout": original.timeout,
+                    "rerun_of_id": original.id,
+                }
+            ]
+        )
+        _audit(
+            original.id, "rerun", "new run enqueued", user=user, source=source, result_job_id=new_id
+        )
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
 
@@ -142,8 +147,11 @@ def cancel_job(job_or_id, *, user=None, source="python") -> ActionResult:
     now = timezone.now()
     with transaction.atomic():
         changed = Job.objects.filter(id=job_id, state__in=CANCELLABLE).update(
-            state=JobState.CANCELLED, finished_at=now, error_type="Cancelled",
-            error_message="cancelled by an operator", cancel_requested_at=now,
+            state=JobState.CANCELLED,
+            finished_at=now,
+            error_type="Cancelled",
+            error_message="cancelled by an operator",
+            cancel_requested_at=now,
         )
         if changed:
             store.cancel_continuations([job_id])
@@ -187,4 +195,3 @@ def rerun(job_id, **audit) -> Job | None:
 def cancel(job_id, **audit) -> bool:
     """Cancel a job that has not finished (a running job is stopped by its worker)."""
     return cancel_job(job_id, **audit).changed
-

@@ -49,16 +49,32 @@ class JobTask(Task):
     # A job id (or TaskResult) this continuation waits for.
     after: Any = None
 
-    def using(self, *, priority=None, queue_name=None, run_after=None, backend=None,
-              max_attempts=_UNSET, backoff=_UNSET, timeout=_UNSET, not_after=_UNSET,
-              dedup_key=_UNSET, after=_UNSET):
-        task = Task.using(self, priority=priority, queue_name=queue_name,
-                          run_after=run_after, backend=backend)
+    def using(
+        self,
+        *,
+        priority=None,
+        queue_name=None,
+        run_after=None,
+        backend=None,
+        max_attempts=_UNSET,
+        backoff=_UNSET,
+        timeout=_UNSET,
+        not_after=_UNSET,
+        dedup_key=_UNSET,
+        after=_UNSET,
+    ):
+        task = Task.using(
+            self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
+        )
         changes = {
             name: value
             for name, value in [
-                ("max_attempts", max_attempts), ("backoff", backoff), ("timeout", timeout),
-                ("not_after", not_after), ("dedup_key", dedup_key), ("after", after),
+                ("max_attempts", max_attempts),
+                ("backoff", backoff),
+                ("timeout", timeout),
+                ("not_after", not_after),
+                ("dedup_key", dedup_key),
+                ("after", after),
             ]
             if value is not _UNSET
         }
@@ -137,7 +153,8 @@ class JobsBackend(BaseTaskBackend):
             if settings.USE_TZ and timezone.is_naive(task.not_after):
                 raise InvalidTask("not_after must be an aware datetime.")
         if task.dedup_key is not None and (
-            not isinstance(task.dedup_key, str) or not 0 < len(task.dedup_key) <= 255
+            not isinstance(task.dedup_key, str)
+            or not 0 < len(task.dedup_key) <= 255
             or "\x00" in task.dedup_key
         ):
             raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
@@ -197,7 +214,7 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
         rows = [self._row(task, args, kwargs) for args, kwargs in calls]
         for start in range(0, len(rows), 1000):
-            store.insert_jobs(rows[start:start + 1000])
+            store.insert_jobs(rows[start : start + 1000])
         if self.eager:
             from .eager import run_inline
 
@@ -247,9 +264,17 @@ class JobsBackend(BaseTaskBackend):
     def _result_from_row(self, task, row):
         now = timezone.now()
         return TaskResult(
-            task=task, id=str(row["id"]), status=STATUS_OF_STATE[row["state"]],
-            enqueued_at=now, started_at=None, finished_at=None, last_attempted_at=None,
-            args=row["args"], kwargs=row["kwargs"], backend=self.alias, errors=[],
+            task=task,
+            id=str(row["id"]),
+            status=STATUS_OF_STATE[row["state"]],
+            enqueued_at=now,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=row["args"],
+            kwargs=row["kwargs"],
+            backend=self.alias,
+            errors=[],
             worker_ids=[],
         )
 
@@ -268,16 +293,25 @@ class JobsBackend(BaseTaskBackend):
             task = load_task(job.task_path)
         attempts = list(job.attempts.order_by("number"))
         errors = [
-            TaskError(exception_class_path=a.error_type or "Exception",
-                      traceback=a.error_traceback or a.error_message)
-            for a in attempts if a.error_type
+            TaskError(
+                exception_class_path=a.error_type or "Exception",
+                traceback=a.error_traceback or a.error_message,
+            )
+            for a in attempts
+            if a.error_type
         ]
         result = TaskResult(
-            task=task, id=str(job.id), status=STATUS_OF_STATE[job.state],
-            enqueued_at=job.enqueued_at, started_at=job.started_at,
+            task=task,
+            id=str(job.id),
+            status=STATUS_OF_STATE[job.state],
+            enqueued_at=job.enqueued_at,
+            started_at=job.started_at,
             finished_at=job.finished_at,
             last_attempted_at=attempts[-1].started_at if attempts else job.started_at,
-            args=job.args, kwargs=job.kwargs, backend=job.backend, errors=errors,
+            args=job.args,
+            kwargs=job.kwargs,
+            backend=job.backend,
+            errors=errors,
             worker_ids=[a.worker_id for a in attempts],
         )
         object.__setattr__(result, "_return_value", job.return_value)

@@ -9,8 +9,9 @@ EAGER_WORKER_ID = "eager"
 
 def run_inline(job_id, *, backend) -> None:
     while True:
-        claimed = store.claim_one(job_id, worker_id=EAGER_WORKER_ID,
-                                  lease_seconds=backend.lease_seconds)
+        claimed = store.claim_one(
+            job_id, worker_id=EAGER_WORKER_ID, lease_seconds=backend.lease_seconds
+        )
         if claimed is None:
             return
         ran = run_attempt(claimed, worker_id=EAGER_WORKER_ID)

@@ -1,11 +1,11 @@
 """Exceptions task authors raise and callers catch."""
 
 
-class Unrecoverable(Exception):  # noqa: N818 - the contract's name
+class Unrecoverable(Exception):
     """Raise from a task to dead-letter its job at once, skipping the remaining attempts."""
 
 
-class DuplicateJob(Exception):  # noqa: N818 - the contract's name
+class DuplicateJob(Exception):
     """A non-terminal job already holds this dedup_key."""
 
     def __init__(self, dedup_key: str, job_id):
@@ -14,21 +14,21 @@ class DuplicateJob(Exception):  # noqa: N818 - the contract's name
         super().__init__(f"a job with dedup_key {dedup_key!r} is already queued: {job_id}")
 
 
-class JobTimeout(Exception):  # noqa: N818 - recorded as an error_type
+class JobTimeout(Exception):
     """The attempt ran past the task's timeout and was stopped."""
 
 
-class WorkerLost(Exception):  # noqa: N818 - recorded as an error_type
+class WorkerLost(Exception):
     """The worker running the attempt stopped renewing its lease (killed, stalled, cut off)."""
 
 
-class WorkerShutdown(Exception):  # noqa: N818 - recorded as an error_type
+class WorkerShutdown(Exception):
     """The worker shut down before the attempt finished and handed the job back."""
 
 
-class JobCancelled(Exception):  # noqa: N818 - recorded as an error_type
+class JobCancelled(Exception):
     """An operator cancelled the job while it was running."""
 
 
-class PoisonJob(Exception):  # noqa: N818 - recorded as an error_type
+class PoisonJob(Exception):
     """The job can never run: its task is unknown or its stored arguments do not fit."""

@@ -51,17 +51,26 @@ def _now():
 
 def describe(exc: BaseException) -> tuple[str, str, str]:
     cls = type(exc)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
     text = "".join(traceback.format_exception(exc))
     if len(text) > MAX_TRACEBACK:
-        text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100):]
+        text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100) :]
     return name, str(exc), text
 
 
 def _poison(claimed: Claimed, exc: BaseException, started) -> Ran:
     error_type, message, text = describe(exc)
-    return Ran(claimed.id, "poison", error_type=error_type, error_message=message,
-               error_traceback=text, started_at=started, finished_at=_now())
+    return Ran(
+        claimed.id,
+        "poison",
+        error_type=error_type,
+        error_message=message,
+        error_traceback=text,
+        started_at=started,
+        finished_at=_now(),
+    )
 
 
 def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
@@ -69,10 +78,15 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     started = _now()
     try:
         task = load_task(claimed.task_path)
-        args = json.loads(claimed.args_json) if isinstance(claimed.args_json, str) else claimed.args_json
+        args = (
+            json.loads(claimed.args_json)
+            if isinstance(claimed.args_json, str)
+            else claimed.args_json
+        )
         kwargs = (
             json.loads(claimed.kwargs_json)
-            if isinstance(claimed.kwargs_json, str) else claimed.kwargs_json
+            if isinstance(claimed.kwargs_json, str)
+            else claimed.kwargs_json
         )
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PoisonJob("stored arguments are not a list and a dict")
@@ -85,10 +99,18 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
         return _poison(claimed, exc, started)
 
     result = TaskResult(
-        task=task, id=str(claimed.id), status=TaskResultStatus.RUNNING,
-        enqueued_at=claimed.enqueued_at, started_at=started, finished_at=None,
-        last_attempted_at=started, args=args, kwargs=kwargs, backend=claimed.backend,
-        errors=[], worker_ids=[worker_id] * claimed.attempt,
+        task=task,
+        id=str(claimed.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=claimed.enqueued_at,
+        started_at=started,
+        finished_at=None,
+        last_attempted_at=started,
+        args=args,
+        kwargs=kwargs,
+        backend=claimed.backend,
+        errors=[],
+        worker_ids=[worker_id] * claimed.attempt,
     )
     backend = task.get_backend()
     sender = type(backend)
@@ -96,14 +118,16 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     try:
         if task.takes_context:
             context = JobContext(
-                task_result=result, attempt=claimed.attempt,
-                max_attempts=claimed.max_attempts, job_id=str(claimed.id),
+                task_result=result,
+                attempt=claimed.attempt,
+                max_attempts=claimed.max_attempts,
+                job_id=str(claimed.id),
             )
             value = task.call(context, *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
         return_json = payload.dumps(payload.check_json(value, "return value"))
-    except BaseException as exc:  # noqa: BLE001 - any failure of the task is an outcome
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt | SystemExit) and not _is_task_raised(exc):
             raise
         finished = _now()
@@ -113,18 +137,30 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
         if not unrecoverable:
             try:
                 delay = retry.next_delay(
-                    backend.backoff_for(task), attempt=claimed.attempt, exception=exc,
-                    task_result=result, rng=_rng,
+                    backend.backoff_for(task),
+                    attempt=claimed.attempt,
+                    exception=exc,
+                    task_result=result,
+                    rng=_rng,
                 )
             except Exception as policy_error:  # a broken custom policy stops retrying
-                logger.error("backoff of %s failed: %r; not retrying", claimed.task_path,
-                             policy_error)
+                logger.error(
+                    "backoff of %s failed: %r; not retrying", claimed.task_path, policy_error
+                )
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", finished)
         task_finished.send(sender=sender, task_result=result)
-        return Ran(claimed.id, "error", error_type=error_type, error_message=message,
-                   error_traceback=text, delay=delay, unrecoverable=unrecoverable,
-                   started_at=started, finished_at=finished)
+        return Ran(
+            claimed.id,
+            "error",
+            error_type=error_type,
+            error_message=message,
+            error_traceback=text,
+            delay=delay,
+            unrecoverable=unrecoverable,
+            started_at=started,
+            finished_at=finished,
+        )
     finished = _now()
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", finished)
@@ -141,52 +177,99 @@ def _is_task_raised(exc):
 def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False) -> Finish:
     """The one retry decision: what state the job goes to after this attempt."""
     common = dict(
-        job_id=claimed.id, lease_id=claimed.lease_id, worker_id=worker_id,
-        error_type=ran.error_type, error_message=ran.error_message,
-        error_traceback=ran.error_traceback, started_at=ran.started_at,
+        job_id=claimed.id,
+        lease_id=claimed.lease_id,
+        worker_id=worker_id,
+        error_type=ran.error_type,
+        error_message=ran.error_message,
+        error_traceback=ran.error_traceback,
+        started_at=ran.started_at,
         finished_at=ran.finished_at,
     )
     if ran.kind == "released":
-        return Finish(job_id=claimed.id, lease_id=claimed.lease_id, state=JobState.PENDING,
-                      outcome=None, worker_id=worker_id)
+        return Finish(
+            job_id=claimed.id,
+            lease_id=claimed.lease_id,
+            state=JobState.PENDING,
+            outcome=None,
+            worker_id=worker_id,
+        )
     if ran.kind == "ok":
-        return Finish(**common, state=JobState.SUCCEEDED, outcome=AttemptOutcome.SUCCEEDED,
-                      return_json=ran.return_json)
+        return Finish(
+            **common,
+            state=JobState.SUCCEEDED,
+            outcome=AttemptOutcome.SUCCEEDED,
+            return_json=ran.return_json,
+        )
     if ran.kind == "poison":
-        return Finish(**common, state=JobState.DEAD_LETTER, outcome=AttemptOutcome.POISON,
-                      reason=DeadLetterReason.POISON)
+        return Finish(
+            **common,
+            state=JobState.DEAD_LETTER,
+            outcome=AttemptOutcome.POISON,
+            reason=DeadLetterReason.POISON,
+        )
     if cancel_requested:
         return Finish(**common, state=JobState.CANCELLED, outcome=AttemptOutcome.CANCELLED)
-    outcome = ran.kind if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED) \
+    outcome = (
+        ran.kind
+        if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED)
         else AttemptOutcome.FAILED
+    )
     if ran.unrecoverable:
-        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
-                      reason=DeadLetterReason.UNRECOVERABLE)
+        return Finish(
+            **common,
+            state=JobState.DEAD_LETTER,
+            outcome=outcome,
+            reason=DeadLetterReason.UNRECOVERABLE,
+        )
     if outcome == AttemptOutcome.INTERRUPTED:
         # Not the task's fault: it goes back in line now, with one more attempt if needed.
-        return Finish(**common, state=JobState.RETRYING, outcome=outcome, delay=0,
-                      raise_max_attempts=claimed.attempt >= claimed.max_attempts)
+        return Finish(
+            **common,
+            state=JobState.RETRYING,
+            outcome=outcome,
+            delay=0,
+            raise_max_attempts=claimed.attempt >= claimed.max_attempts,
+        )
     if claimed.attempt >= claimed.max_attempts:
-        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
-                      reason=DeadLetterReason.EXHAUSTED)
+        return Finish(
+            **common, state=JobState.DEAD_LETTER, outcome=outcome, reason=DeadLetterReason.EXHAUSTED
+        )
     if ran.delay is None:
-        return Finish(**common, state=JobState.DEAD_LETTER, outcome=outcome,
-                      reason=DeadLetterReason.UNRECOVERABLE)
+        return Finish(
+            **common,
+            state=JobState.DEAD_LETTER,
+            outcome=outcome,
+            reason=DeadLetterReason.UNRECOVERABLE,
+        )
     return Finish(**common, state=JobState.RETRYING, outcome=outcome, delay=ran.delay)
 
 
-def failure_from_outside(claimed: Claimed, exc: BaseException, *, kind="error",
-                         started_at=None) -> Ran:
+def failure_from_outside(
+    claimed: Claimed, exc: BaseException, *, kind="error", started_at=None
+) -> Ran:
     """A failure the task did not raise itself (timeout, lost worker, shutdown), with the
     delay its task's policy gives for this attempt."""
     error_type, message, _ = describe(exc)
     delay = None
     try:
         task = load_task(claimed.task_path)
-        delay = retry.next_delay(task.get_backend().backoff_for(task), attempt=claimed.attempt,
-                                 exception=exc, task_result=None, rng=_rng)
+        delay = retry.next_delay(
+            task.get_backend().backoff_for(task),
+            attempt=claimed.attempt,
+            exception=exc,
+            task_result=None,
+            rng=_rng,
+        )
     except Exception:  # unknown task: nothing to retry with
         delay = None
-    return Ran(claimed.id, kind, error_type=error_type, error_message=message,
-               error_traceback=f"{error_type}: {message}\n", delay=delay,
-               started_at=started_at, finished_at=_now())
+    return Ran(
+        claimed.id,
+        kind,
+        error_type=error_type,
+        error_message=message,
+        error_traceback=f"{error_type}: {message}\n",
+        delay=delay,
+        started_at=started_at,
+        finished_at=_now(),
+    )

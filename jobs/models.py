@@ -97,7 +97,8 @@ class Job(models.Model):
                 name="job_attempt_within_max", condition=Q(attempt__lte=F("max_attempts"))
             ),
             models.CheckConstraint(
-                name="job_max_attempts_range", condition=Q(max_attempts__gte=1, max_attempts__lte=100)
+                name="job_max_attempts_range",
+                condition=Q(max_attempts__gte=1, max_attempts__lte=100),
             ),
             models.CheckConstraint(
                 name="job_priority_range", condition=Q(priority__gte=-100, priority__lte=100)
@@ -136,7 +137,9 @@ class Job(models.Model):
             # Expiry of not_after among jobs not yet started.
             models.Index(
                 fields=["not_after"],
-                condition=Q(not_after__isnull=False, state__in=["pending", "retrying", "scheduled"]),
+                condition=Q(
+                    not_after__isnull=False, state__in=["pending", "retrying", "scheduled"]
+                ),
                 name="job_expiry",
             ),
             # Console lists: newest first, optionally by state, queue or task.
@@ -237,7 +240,9 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["job", "-at"], name="audit_job_recent")]
 
     def __str__(self):
-        return f"{self.username or 'system'} {self.action} {self.job_id} at {self.at:%Y-%m-%d %H:%M}"
+        return (
+            f"{self.username or 'system'} {self.action} {self.job_id} at {self.at:%Y-%m-%d %H:%M}"
+        )
 
 
 class CounterDeltaQuerySet(models.QuerySet):

@@ -62,8 +62,13 @@ class Exponential(_Policy):
     max: float | None = None
 
     def __init__(self, base, multiplier=2, max=None, jitter=0, jitter_ratio=0):
-        for name, value in [("base", base), ("multiplier", multiplier), ("max", max),
-                            ("jitter", jitter), ("jitter_ratio", jitter_ratio)]:
+        for name, value in [
+            ("base", base),
+            ("multiplier", multiplier),
+            ("max", max),
+            ("jitter", jitter),
+            ("jitter_ratio", jitter_ratio),
+        ]:
             object.__setattr__(self, name, value)
         _check_non_negative(base=base, multiplier=multiplier, max=max)
         self.__post_init__()
@@ -85,8 +90,13 @@ class Linear(_Policy):
     max: float | None = None
 
     def __init__(self, base, step, max=None, jitter=0, jitter_ratio=0):
-        for name, value in [("base", base), ("step", step), ("max", max), ("jitter", jitter),
-                            ("jitter_ratio", jitter_ratio)]:
+        for name, value in [
+            ("base", base),
+            ("step", step),
+            ("max", max),
+            ("jitter", jitter),
+            ("jitter_ratio", jitter_ratio),
+        ]:
             object.__setattr__(self, name, value)
         _check_non_negative(base=base, step=step, max=max)
         self.__post_init__()
@@ -148,8 +158,14 @@ def is_backoff(value) -> bool:
     return hasattr(value, "delay") or (callable(value) and not isinstance(value, type))
 
 
-def next_delay(backoff, *, attempt: int, exception: BaseException | None, task_result=None,
-               rng: random.Random | None = None) -> float | None:
+def next_delay(
+    backoff,
+    *,
+    attempt: int,
+    exception: BaseException | None,
+    task_result=None,
+    rng: random.Random | None = None,
+) -> float | None:
     """Seconds until the next attempt after failed attempt `attempt`, or None to stop.
 
     Policies get the attempt number; a custom callable gets (exception, task_result).

@@ -100,10 +100,29 @@ TERMINAL_SQL = _states(sorted(TERMINAL))
 # --- enqueue ---------------------------------------------------------------------------------
 
 INSERT_COLUMNS = (
-    "id", "task_path", "backend", "args", "kwargs", "queue_name", "priority", "state", "attempt",
-    "max_attempts", "timeout", "run_after", "not_after", "dedup_key", "rerun_of_id", "parent_id",
-    "enqueued_at", "error_type", "error_message", "error_traceback", "dead_letter_reason",
-    "worker_id", "finished_at",
+    "id",
+    "task_path",
+    "backend",
+    "args",
+    "kwargs",
+    "queue_name",
+    "priority",
+    "state",
+    "attempt",
+    "max_attempts",
+    "timeout",
+    "run_after",
+    "not_after",
+    "dedup_key",
+    "rerun_of_id",
+    "parent_id",
+    "enqueued_at",
+    "error_type",
+    "error_message",
+    "error_traceback",
+    "dead_letter_reason",
+    "worker_id",
+    "finished_at",
 )
 
 
@@ -135,12 +154,15 @@ def insert_jobs(rows: list[dict]) -> None:
                 placeholders.append("%s")
                 params.append(d.time_value(value))
             elif column == "finished_at":
-                placeholders.append(
-                    f"CASE WHEN %s THEN {d.now} ELSE NULL END"
-                )
+                placeholders.append(f"CASE WHEN %s THEN {d.now} ELSE NULL END")
                 params.append(row["state"] in TERMINAL)
-            elif column in ("error_type", "error_message", "error_traceback",
-                            "dead_letter_reason", "worker_id"):
+            elif column in (
+                "error_type",
+                "error_message",
+                "error_traceback",
+                "dead_letter_reason",
+                "worker_id",
+            ):
                 placeholders.append("%s")
                 params.append(value or "")
             else:
@@ -226,9 +248,18 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
         rows = cursor.fetchall()
     claimed = [
         Claimed(
-            id=d.parse_uuid(r[0]), lease_id=lease_id, task_path=r[1], args_json=r[2],
-            kwargs_json=r[3], attempt=r[4], max_attempts=r[5], timeout=r[6], queue_name=r[7],
-            priority=r[8], backend=r[9], started_at=d.parse_time(r[10]),
+            id=d.parse_uuid(r[0]),
+            lease_id=lease_id,
+            task_path=r[1],
+            args_json=r[2],
+            kwargs_json=r[3],
+            attempt=r[4],
+            max_attempts=r[5],
+            timeout=r[6],
+            queue_name=r[7],
+            priority=r[8],
+            backend=r[9],
+            started_at=d.parse_time(r[10]),
             enqueued_at=d.parse_time(r[11]),
         )
         for r in rows
@@ -250,15 +281,25 @@ def claim_one(job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None
             priority, backend, started_at, enqueued_at
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [d.uuid_value(lease_id), lease_seconds, worker_id,
-                             d.uuid_value(job_id)])
+        cursor.execute(
+            sql, [d.uuid_value(lease_id), lease_seconds, worker_id, d.uuid_value(job_id)]
+        )
         r = cursor.fetchone()
     if r is None:
         return None
     return Claimed(
-        id=d.parse_uuid(r[0]), lease_id=lease_id, task_path=r[1], args_json=r[2],
-        kwargs_json=r[3], attempt=r[4], max_attempts=r[5], timeout=r[6], queue_name=r[7],
-        priority=r[8], backend=r[9], started_at=d.parse_time(r[10]),
+        id=d.parse_uuid(r[0]),
+        lease_id=lease_id,
+        task_path=r[1],
+        args_json=r[2],
+        kwargs_json=r[3],
+        attempt=r[4],
+        max_attempts=r[5],
+        timeout=r[6],
+        queue_name=r[7],
+        priority=r[8],
+        backend=r[9],
+        started_at=d.parse_time(r[10]),
         enqueued_at=d.parse_time(r[11]),
     )
 
@@ -299,13 +340,12 @@ def finish(results: list[Finish]) -> list[Finish]:
         return []
     d = dialect()
     applied: list[Finish] = []
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            for chunk_start in range(0, len(results), 500):
-                chunk = results[chunk_start:chunk_start + 500]
-                applied.extend(_finish_chunk(cursor, d, chunk))
-            if applied:
-                _after_finish(cursor, d, applied)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for chunk_start in range(0, len(results), 500):
+            chunk = results[chunk_start : chunk_start + 500]
+            applied.extend(_finish_chunk(cursor, d, chunk))
+        if applied:
+            _after_finish(cursor, d, applied)
     return applied
 
 
@@ -317,9 +357,17 @@ def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
             f"{d.text}, {d.int}, {d.int})"
         )
         params += [
-            d.uuid_value(r.job_id), d.uuid_value(r.lease_id), r.state, r.return_json,
-            float(r.delay or 0), r.reason, r.error_type[:255], r.error_message,
-            r.error_traceback, 1 if r.only_if_expired else 0, 1 if r.raise_max_attempts else 0,
+            d.uuid_value(r.job_id),
+            d.uuid_value(r.lease_id),
+            r.state,
+            r.return_json,
+            float(r.delay or 0),
+            r.reason,
+            r.error_type[:255],
+            r.error_message,
+            r.error_traceback,
+            1 if r.only_if_expired else 0,
+            1 if r.raise_max_attempts else 0,
         ]
     terminal = f"v.new_state IN ({TERMINAL_SQL})"
     has_error = "v.error_type <> ''"
@@ -376,9 +424,15 @@ def _insert_attempts(cursor, d: _Dialect, applied):
         # For a release the counter went back; every other outcome keeps the claimed number.
         rows.append(f"({d.uuid}, %s, %s, %s, COALESCE(%s, {d.now}), %s, %s, %s, %s)")
         params += [
-            d.uuid_value(r.job_id), attempt_after, r.worker_id, d.time_value(r.started_at),
+            d.uuid_value(r.job_id),
+            attempt_after,
+            r.worker_id,
+            d.time_value(r.started_at),
             d.time_value(r.finished_at),
-            r.outcome, r.error_type[:255], r.error_message, r.error_traceback,
+            r.outcome,
+            r.error_type[:255],
+            r.error_message,
+            r.error_traceback,
         ]
     if rows:
         cursor.execute(
@@ -400,9 +454,15 @@ def _after_finish(cursor, d: _Dialect, applied: list[Finish]):
     counts = {
         "jobs_succeeded": len(succeeded),
         "jobs_failed": sum(
-            1 for r in applied
-            if r.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON,
-                             AttemptOutcome.INTERRUPTED)
+            1
+            for r in applied
+            if r.outcome
+            in (
+                AttemptOutcome.FAILED,
+                AttemptOutcome.LOST,
+                AttemptOutcome.POISON,
+                AttemptOutcome.INTERRUPTED,
+            )
         ),
         "jobs_requeued": sum(1 for r in applied if r.state == JobState.RETRYING),
         "jobs_dead_lettered": sum(1 for r in applied if r.state == JobState.DEAD_LETTER),
@@ -417,7 +477,8 @@ def release_continuations(parent_ids, *, cursor=None):
     return _update_children(
         parent_ids,
         f"state = 'pending', run_after = {dialect().now}",
-        cursor=cursor, notify=True,
+        cursor=cursor,
+        notify=True,
     )
 
 
@@ -431,7 +492,8 @@ def cancel_continuations(parent_ids, *, cursor=None):
             frontier,
             f"state = 'cancelled', finished_at = {d.now}, "
             "error_type = 'ParentFailed', error_message = 'its parent job did not succeed'",
-            cursor=cursor, returning=True,
+            cursor=cursor,
+            returning=True,
         )
         total += len(cancelled)
         frontier = cancelled
@@ -483,7 +545,7 @@ def renew_leases(leases: list[tuple[uuid.UUID, uuid.UUID]], lease_seconds: float
     held = set()
     with connection.cursor() as cursor:
         for start in range(0, len(leases), 500):
-            chunk = leases[start:start + 500]
+            chunk = leases[start : start + 500]
             rows = ", ".join([f"({d.uuid}, {d.uuid})"] * len(chunk))
             params = [d.uuid_value(x) for pair in chunk for x in pair]
             cursor.execute(
@@ -521,8 +583,9 @@ def expired_leases(limit: int = 200) -> list[Expired]:
         )
         rows = cursor.fetchall()
     return [
-        Expired(d.parse_uuid(r[0]), d.parse_uuid(r[1]), r[2], r[3], r[4], r[5], r[6],
-                d.parse_time(r[7]))
+        Expired(
+            d.parse_uuid(r[0]), d.parse_uuid(r[1]), r[2], r[3], r[4], r[5], r[6], d.parse_time(r[7])
+        )
         for r in rows
     ]
 

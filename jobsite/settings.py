@@ -119,8 +119,13 @@ TASKS = {
         "QUEUES": [],
         "OPTIONS": {
             "MAX_ATTEMPTS": 3,
-            "BACKOFF": {"strategy": "exponential", "base": 15, "multiplier": 2, "max": 3600,
-                        "jitter": 3},
+            "BACKOFF": {
+                "strategy": "exponential",
+                "base": 15,
+                "multiplier": 2,
+                "max": 3600,
+                "jitter": 3,
+            },
             "HEARTBEAT_SECONDS": 10,
             "LEASE_SECONDS": 60,
         },
@@ -184,8 +189,11 @@ LOGGING = {
         "worker": {"class": "logging.StreamHandler", "formatter": "worker"},
     },
     "loggers": {
-        "jobs": {"handlers": ["worker"], "level": os.environ.get("JOBSITE_LOG_LEVEL", "INFO"),
-                 "propagate": False},
+        "jobs": {
+            "handlers": ["worker"],
+            "level": os.environ.get("JOBSITE_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        },
         "django.tasks": {"level": "WARNING"},
     },
 }

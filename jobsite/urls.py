@@ -7,5 +7,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("dashboard.api_urls")),
+    path("metrics", include("dashboard.metrics")),
     path("", include("dashboard.urls")),
 ]

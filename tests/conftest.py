@@ -57,7 +57,11 @@ def run_worker(subprocess_env):
     def run(*args, timeout=120):
         proc = subprocess.run(
             [sys.executable, "manage.py", "worker", "--burst", *args],
-            cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=timeout,
+            cwd=ROOT,
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         return proc
 
@@ -72,8 +76,13 @@ def start_worker(subprocess_env):
     def start(*args, **popen_kwargs):
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "worker", *args],
-            cwd=ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True, **popen_kwargs,
+            cwd=ROOT,
+            env=subprocess_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            **popen_kwargs,
         )
         started.append(proc)
         return proc

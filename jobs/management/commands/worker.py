@@ -1,0 +1,97 @@
+from django.core.management.base import BaseCommand, CommandError
+from django.tasks import task_backends
+
+from jobs.worker import Worker, WorkerConfig
+
+
+def positive_int(value):
+    try:
+        number = int(value)
+    except ValueError:
+        raise CommandError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise CommandError(f"expected a number >= 1, got {number}")
+    return number
+
+
+def non_negative_float(value):
+    try:
+        number = float(value)
+    except ValueError:
+        raise CommandError(f"expected a number of seconds, got {value!r}") from None
+    if not number >= 0 or number == float("inf"):
+        raise CommandError(f"expected a number of seconds >= 0, got {value!r}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run a worker: claim due jobs from the database and run them, with retries."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            default=[],
+            metavar="NAME",
+            help="only this queue (repeat for more); default all",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=2,
+            metavar="N",
+            help="jobs run at once, each in its own process (default 2)",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="exit once no job is due and none is running"
+        )
+        parser.add_argument(
+            "--max-jobs",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="exit after claiming N jobs and finishing them",
+        )
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            metavar="ID",
+            help="name shown in the console (default host-pid-random)",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=non_negative_float,
+            default=30.0,
+            metavar="SECONDS",
+            help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
+        )
+        parser.add_argument("--backend", default="default", help="the TASKS alias to serve")
+
+    def handle(self, *args, **options):
+        try:
+            backend = task_backends[options["backend"]]
+        except Exception as e:
+            raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
+        for queue in options["queues"]:
+            if not queue or len(queue) > 100:
+                raise CommandError(f"queue names are 1 to 100 characters: {queue!r}")
+        worker_id = options["worker_id"]
+        if worker_id is not None and not 0 < len(worker_id) <= 200:
+            raise CommandError("--worker-id must be 1 to 200 characters")
+        try:
+            config = WorkerConfig(
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                burst=options["burst"],
+                max_jobs=options["max_jobs"],
+                worker_id=worker_id,
+                shutdown_timeout=options["shutdown_timeout"],
+                heartbeat_seconds=getattr(backend, "heartbeat_seconds", 10.0),
+                lease_seconds=getattr(backend, "lease_seconds", 60.0),
+            )
+        except ValueError as e:
+            raise CommandError(str(e)) from None
+        code = Worker(config, backend_alias=options["backend"]).run()
+        if code:
+            raise SystemExit(code)

@@ -1,0 +1,200 @@
+"""Executor processes: each runs claimed jobs one after another, supervised by the worker.
+
+Jobs run in child processes so that the worker can stop one that ignores its timeout (or an
+operator's cancel) by killing that child alone, and so that a crash in task code never takes
+the worker down. The worker sends chunks of claimed jobs; the child reports results in small
+batches. Through a shared array it always shows which job it is running and since when, so
+deadlines are enforced from outside without a message per job start.
+"""
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections import deque
+
+logger = logging.getLogger("jobs.worker")
+
+IDLE = -1.0
+FLUSH_INTERVAL = 0.002
+
+
+def _context():
+    return multiprocessing.get_context("spawn")
+
+
+class Executor:
+    """The worker's handle on one child process."""
+
+    def __init__(self, index: int, worker_id: str, stop_event):
+        ctx = _context()
+        self.index = index
+        self.conn, child_conn = ctx.Pipe()
+        # [seq of the job running now (IDLE when none), monotonic time it started]
+        self.status = ctx.RawArray("d", [IDLE, 0.0])
+        self.process = ctx.Process(
+            target=child_main,
+            args=(child_conn, self.status, stop_event, worker_id),
+            name=f"jobsite-executor-{index}",
+            daemon=True,
+        )
+        self.process.start()
+        child_conn.close()
+        # seq -> Claimed, in the order sent; the child runs them in this order.
+        self.inflight: dict[int, object] = {}
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    @property
+    def sentinel(self):
+        return self.process.sentinel
+
+    def send(self, items):
+        """items: [(seq, Claimed)]"""
+        for seq, claimed in items:
+            self.inflight[seq] = claimed
+        self.conn.send(items)
+
+    def running(self):
+        """(seq, started_monotonic) of the job running now, or None."""
+        seq = self.status[0]
+        if seq == IDLE:
+            return None
+        started = self.status[1]
+        seq = int(seq)
+        return (seq, started) if seq in self.inflight else None
+
+    def alive(self):
+        return self.process.is_alive()
+
+    def kill(self):
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+    def close(self):
+        """Ask the child to exit after its current chunk."""
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def child_main(conn, status, stop_event, worker_id):
+    """Entry point of an executor process."""
+    # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
+    # process group must not kill a job half-way.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+    import django
+
+    django.setup()
+    from django.db import connections
+
+    from .executor import Ran, run_attempt
+
+    lock = threading.Lock()
+    buffer = []
+    done = threading.Event()
+
+    def flush():
+        with lock:
+            if buffer:
+                conn.send(list(buffer))
+                buffer.clear()
+
+    def flusher():
+        # Results of jobs that finished before a long one must not wait for it.
+        while not done.wait(FLUSH_INTERVAL):
+            try:
+                flush()
+            except (BrokenPipeError, OSError):
+                return
+
+    threading.Thread(target=flusher, name="result-flusher", daemon=True).start()
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message is None:
+                return
+            for seq, claimed in message:
+                if stop_event.is_set():
+                    with lock:
+                        buffer.append((seq, Ran(claimed.id, "released")))
+                    continue
+                if claimed.timeout:
+                    flush()  # nothing may be lost if the worker kills us for this one
+                status[1] = time.monotonic()
+                status[0] = float(seq)
+                ran = run_attempt(claimed, worker_id=worker_id)
+                status[0] = IDLE
+                with lock:
+                    buffer.append((seq, ran))
+                _tidy_connections(connections)
+            flush()
+    finally:
+        done.set()
+        try:
+            flush()
+        except (BrokenPipeError, OSError):
+            pass
+        connections.close_all()
+
+
+def _tidy_connections(connections):
+    """Drop connections a task broke, so the next job starts with a working one."""
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            # A task left a transaction open; do not let it leak into the next job.
+            conn.close()
+        elif conn.errors_occurred and conn.connection is not None and not conn.is_usable():
+            conn.close()
+
+
+class Dispatcher:
+    """Hands claimed jobs to executors, least loaded first, a chunk at a time."""
+
+    def __init__(self, executors):
+        self.executors = executors
+        self.ready = deque()
+        self.seq = 0
+        # Average job duration in seconds (EWMA): short jobs are sent in larger chunks.
+        self.avg_duration = 0.05
+
+    def capacity_per_executor(self):
+        prefetch = int(0.01 / max(self.avg_duration, 1e-5))
+        return 1 + max(0, min(prefetch, 63))
+
+    def total_capacity(self):
+        return self.capacity_per_executor() * len(self.executors)
+
+    def room(self):
+        cap = self.capacity_per_executor()
+        return sum(max(0, cap - len(e.inflight)) for e in self.executors) - len(self.ready)
+
+    def observe(self, duration):
+        self.avg_duration = 0.8 * self.avg_duration + 0.2 * max(duration, 0.0)
+
+    def dispatch(self):
+        cap = self.capacity_per_executor()
+        while self.ready:
+            executor = min(self.executors, key=lambda e: len(e.inflight))
+            free = cap - len(executor.inflight)
+            if free <= 0:
+                return
+            # Spread a batch over the executors rather than filling the first one.
+            share = max(1, min(free, -(-len(self.ready) // len(self.executors))))
+            items = []
+            for _ in range(min(share, len(self.ready))):
+                self.seq += 1
+                items.append((self.seq, self.ready.popleft()))
+            executor.send(items)

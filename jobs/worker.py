@@ -1,0 +1,723 @@
+"""The worker: claims due jobs, runs them in supervised executor processes, records outcomes.
+
+One thread, one loop: wait for something to happen (a result from an executor, a NOTIFY from
+PostgreSQL, a signal, a timer), then react. Writes for an attempt carry the lease of its claim,
+so a worker that lost a lease (it stalled and another recovered the job) changes nothing.
+"""
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.tasks import task_backends
+from django.utils import timezone
+
+from . import executor as ex
+from . import signals, store
+from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
+from .models import Job, WorkerNode
+from .pool import Dispatcher, Executor, _context
+from .states import AttemptOutcome, JobState
+
+logger = logging.getLogger("jobs.worker")
+
+DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+
+
+@dataclass(kw_only=True)
+class WorkerConfig:
+    queues: list[str] = field(default_factory=list)  # [] = every queue
+    concurrency: int = 2
+    burst: bool = False
+    max_jobs: int | None = None
+    worker_id: str | None = None
+    shutdown_timeout: float = 30.0
+    heartbeat_seconds: float = 10.0
+    lease_seconds: float = 60.0
+    poll_interval: float | None = None  # seconds between polls; default by database
+    cancel_grace: float = 10.0  # a cancelled running job gets this long to return by itself
+    batch_size: int = 500
+
+    def __post_init__(self):
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("max-jobs must be at least 1")
+        if self.shutdown_timeout < 0:
+            raise ValueError("shutdown-timeout must be >= 0")
+        if self.heartbeat_seconds <= 0 or self.lease_seconds <= self.heartbeat_seconds:
+            raise ValueError("LEASE_SECONDS must be longer than HEARTBEAT_SECONDS (both > 0)")
+
+
+def default_worker_id():
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Listener:
+    """LISTEN for new-job notifications on PostgreSQL; reconnects when cut off."""
+
+    def __init__(self):
+        self.conn = None
+        self.retry_at = 0.0
+
+    def connect(self):
+        import psycopg
+
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("prepare_threshold", None)
+        params.pop("server_side_binding", None)
+        self.conn = psycopg.connect(**params, autocommit=True)
+        self.conn.execute(f"LISTEN {store.NOTIFY_CHANNEL}")
+
+    def fileno_or_none(self):
+        if self.conn is None:
+            if time.monotonic() < self.retry_at:
+                return None
+            try:
+                self.connect()
+            except Exception as e:
+                logger.warning("cannot listen for new jobs (%s); polling until it works", e)
+                self.conn, self.retry_at = None, time.monotonic() + 5
+                return None
+        return self.conn.fileno()
+
+    def drain(self):
+        try:
+            for _ in self.conn.notifies(timeout=0):
+                pass
+        except Exception:
+            self.close()
+            self.retry_at = time.monotonic() + 1
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+
+
+@dataclass
+class Held:
+    """A job this worker has claimed and not yet finished."""
+
+    claimed: object
+    executor: Executor | None = None
+    seq: int | None = None
+    cancel_requested_at: float | None = None  # monotonic
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, backend_alias="default"):
+        self.config = config
+        self.backend = task_backends[backend_alias]
+        self.worker_id = config.worker_id or default_worker_id()
+        self.held: dict[uuid.UUID, Held] = {}
+        self.finishes: list = []  # store.Finish waiting to be written
+        self.claimed_total = 0
+        self.processed_total = 0
+        self.stopping = False
+        self.stop_requested_at = None
+        self.hard_stop = False
+        self.signals_seen = 0
+        self.executors: list[Executor] = []
+        self.listener = Listener() if connection.vendor == "postgresql" else None
+        self.poll_interval = config.poll_interval or (1.0 if self.listener else 0.1)
+        self.next_heartbeat = 0.0
+        self.heartbeats = 0
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        self.exit_code = 0
+        self.last_claim_full = False
+        self.unlogged_claims = 0
+        self.last_claim_log = 0.0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signal_handlers()
+        self.stop_event = _context().Event()
+        self.executors = [
+            Executor(i, self.worker_id, self.stop_event) for i in range(self.config.concurrency)
+        ]
+        self.dispatcher = Dispatcher(self.executors)
+        self._with_db(self._register)
+        queues = ", ".join(self.config.queues) or "all queues"
+        logger.info(
+            "worker %s started: %s, concurrency %d, %s database, pid %d%s",
+            self.worker_id,
+            queues,
+            self.config.concurrency,
+            connection.vendor,
+            os.getpid(),
+            " (burst)" if self.config.burst else "",
+        )
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return self.exit_code
+
+    def _loop(self):
+        while True:
+            now = time.monotonic()
+            if self.stopping:
+                if not self.held:
+                    return
+                if self.hard_stop or now - self.stop_requested_at > self.config.shutdown_timeout:
+                    return
+            if now >= self.next_heartbeat:
+                self._with_db(self._heartbeat)
+                self.next_heartbeat = now + self.config.heartbeat_seconds
+            self._enforce_deadlines(now)
+            self._flush_finishes()
+            claimed = self._claim() if not self.stopping else 0
+            self.dispatcher.dispatch()
+            if not self.held and not self.finishes and not claimed:
+                if self.config.burst:
+                    logger.info("no job is due and none is running: burst done")
+                    self.stopping = True
+                    self.stop_requested_at = now
+                    continue
+                if self._max_jobs_reached():
+                    logger.info("processed --max-jobs %d jobs", self.config.max_jobs)
+                    self.stopping = True
+                    self.stop_requested_at = now
+                    continue
+            self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
+
+    def _max_jobs_reached(self):
+        return self.config.max_jobs is not None and self.claimed_total >= self.config.max_jobs
+
+    def _wait_time(self, now):
+        timeout = min(self.poll_interval, max(0.0, self.next_heartbeat - now))
+        for held in self.held.values():
+            if held.claimed.timeout and held.claimed.began is not None:
+                timeout = min(timeout, max(0.0, held.claimed.began + held.claimed.timeout - now))
+        if self.stopping:
+            timeout = min(timeout, 0.05)
+        return timeout
+
+    def _wait(self, timeout):
+        waitables = [self.wake_r]
+        for e in self.executors:
+            waitables += [e.conn, e.sentinel]
+        listen_fd = self.listener.fileno_or_none() if self.listener and not self.stopping else None
+        if listen_fd is not None:
+            waitables.append(listen_fd)
+        for ready in wait(waitables, timeout):
+            if ready is self.wake_r:
+                self._drain_wakeups()
+            elif listen_fd is not None and ready == listen_fd:
+                self.listener.drain()
+            else:
+                self._from_executor(ready)
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def _install_signal_handlers(self):
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        self.signals_seen += 1
+        name = signal.Signals(signum).name
+        if self.signals_seen == 1:
+            self.stopping = True
+            self.stop_requested_at = time.monotonic()
+            self.stop_event.set()
+            running = sum(1 for h in self.held.values() if h.claimed.began is not None)
+            logger.info(
+                "received %s: no new claims; %d running job(s) get up to %gs to finish "
+                "(signal again to exit at once)",
+                name,
+                running,
+                self.config.shutdown_timeout,
+            )
+        else:
+            logger.warning("received %s again: stopping at once", name)
+            self.hard_stop = True
+
+    def _drain_wakeups(self):
+        try:
+            while self.wake_r.recv(512):
+                pass
+        except BlockingIOError:
+            pass
+
+    # --- claiming and results ---------------------------------------------------------------
+
+    def _claim(self):
+        room = self.dispatcher.room()
+        # Claim in batches: wait until half the prefetch room is free, unless idle.
+        if room <= 0 or (self.held and room < self.dispatcher.total_capacity() // 2):
+            return 0
+        limit = min(room, self.config.batch_size)
+        if self.config.max_jobs is not None:
+            limit = min(limit, self.config.max_jobs - self.claimed_total)
+        if limit <= 0:
+            return 0
+        claimed = (
+            self._with_db(
+                store.claim,
+                worker_id=self.worker_id,
+                queues=self.config.queues or None,
+                limit=limit,
+                lease_seconds=self.config.lease_seconds,
+            )
+            or []
+        )
+        for c in claimed:
+            self.held[c.id] = Held(c)
+            self.dispatcher.ready.append(c)
+        self.claimed_total += len(claimed)
+        self._log_claims(claimed)
+        self.last_claim_full = len(claimed) == limit
+        return len(claimed)
+
+    def _log_claims(self, claimed):
+        """One line per claim, or one summary a second when claims come thick and fast."""
+        now = time.monotonic()
+        self.unlogged_claims += len(claimed)
+        if not self.unlogged_claims or now - self.last_claim_log < 1.0:
+            return
+        if self.unlogged_claims == 1 and claimed:
+            c = claimed[0]
+            logger.info(
+                "claimed %s (job %s, attempt %d/%d)", c.task_path, c.id, c.attempt, c.max_attempts
+            )
+        else:
+            logger.info("claimed %d jobs", self.unlogged_claims)
+        self.unlogged_claims, self.last_claim_log = 0, now
+
+    def _from_executor(self, ready):
+        executor = next((e for e in self.executors if ready is e.conn or ready == e.sentinel), None)
+        if executor is None:
+            return
+        if ready is executor.conn:
+            try:
+                batch = executor.conn.recv()
+            except (EOFError, OSError):
+                batch = None
+            if batch is not None:
+                for seq, ran in batch:
+                    self._on_result(executor, seq, ran)
+                return
+        if not executor.alive():
+            self._on_executor_died(executor)
+
+    def _on_result(self, executor, seq, ran):
+        claimed = executor.inflight.pop(seq, None)
+        if claimed is None:
+            return
+        held = self.held.get(claimed.id)
+        if held is None:
+            return  # already settled (timed out, abandoned)
+        if ran.started_at and ran.finished_at:
+            self.dispatcher.observe((ran.finished_at - ran.started_at).total_seconds())
+        finish = ex.decide(
+            claimed,
+            ran,
+            worker_id=self.worker_id,
+            cancel_requested=held.cancel_requested_at is not None,
+        )
+        self.finishes.append(finish)
+
+    def _on_executor_died(self, executor):
+        code = executor.process.exitcode
+        running = executor.running()
+        logger.error(
+            "executor process %s exited unexpectedly (code %s); starting a new one",
+            executor.pid,
+            code,
+        )
+        self._replace_executor(
+            executor,
+            running,
+            failure=RuntimeError(f"the process running the job exited with code {code}"),
+        )
+
+    def _replace_executor(self, executor, running, *, failure, kind="error"):
+        """Kill an executor; settle the job it was running with `failure`; re-queue the rest."""
+        executor.kill()
+        requeue = []
+        for seq, claimed in sorted(executor.inflight.items()):
+            if running and seq == running[0]:
+                ran = ex.failure_from_outside(claimed, failure, kind=kind)
+                held = self.held.get(claimed.id)
+                cancel = held is not None and held.cancel_requested_at is not None
+                self.finishes.append(
+                    ex.decide(claimed, ran, worker_id=self.worker_id, cancel_requested=cancel)
+                )
+            elif claimed.id in self.held:
+                requeue.append(claimed)
+        executor.inflight.clear()
+        self.dispatcher.ready.extendleft(reversed(requeue))
+        index = self.executors.index(executor)
+        if not self.stopping:
+            self.executors[index] = Executor(executor.index, self.worker_id, self.stop_event)
+        else:
+            self.executors.pop(index)
+            for claimed in requeue:
+                self.finishes.append(
+                    ex.decide(claimed, ex.Ran(claimed.id, "released"), worker_id=self.worker_id)
+                )
+            self.dispatcher.ready.clear()
+        self.dispatcher.executors = self.executors
+
+    def _enforce_deadlines(self, now):
+        for executor in list(self.executors):
+            running = executor.running()
+            if running is None:
+                continue
+            seq, started = running
+            claimed = executor.inflight[seq]
+            claimed.began = started
+            held = self.held.get(claimed.id)
+            if claimed.timeout and now - started > claimed.timeout:
+                logger.warning(
+                    "job %s (%s) ran past its %gs timeout: stopping it",
+                    claimed.id,
+                    claimed.task_path,
+                    claimed.timeout,
+                )
+                self._replace_executor(
+                    executor,
+                    running,
+                    failure=JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s"),
+                )
+            elif (
+                held
+                and held.cancel_requested_at is not None
+                and now - held.cancel_requested_at > self.config.cancel_grace
+            ):
+                logger.warning(
+                    "job %s (%s) did not stop within %gs of its cancel: stopping it",
+                    claimed.id,
+                    claimed.task_path,
+                    self.config.cancel_grace,
+                )
+                self._replace_executor(
+                    executor, running, failure=JobCancelled("cancelled by an operator")
+                )
+
+    def _flush_finishes(self):
+        if not self.finishes:
+            return
+        pending = self.finishes
+        applied = self._with_db(store.finish, pending)
+        if applied is None:
+            return  # the database is away; keep them and try again
+        self.finishes = []
+        applied_ids = {f.job_id for f in applied}
+        for f in pending:
+            held = self.held.pop(f.job_id, None)
+            if f.job_id not in applied_ids:
+                logger.warning(
+                    "job %s: lease lost to another worker; its outcome was discarded", f.job_id
+                )
+                continue
+            if f.outcome is not None:
+                self.processed_total += 1
+            self._log_finish(f, held.claimed if held else None)
+
+    def _log_finish(self, f, claimed):
+        path = claimed.task_path if claimed else "?"
+        attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
+        error = f"{f.error_type}: {f.error_message}".strip(": ")
+        if f.state == JobState.SUCCEEDED:
+            logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
+        elif f.state == JobState.RETRYING:
+            logger.warning(
+                "job %s (%s) failed attempt %s: %s; retrying in %.1fs",
+                f.job_id,
+                path,
+                attempt,
+                error,
+                f.delay,
+            )
+            signals.job_retry_scheduled.send(
+                sender=Worker,
+                job_id=f.job_id,
+                task_path=path,
+                attempt=claimed.attempt if claimed else None,
+                delay=f.delay,
+                error_type=f.error_type,
+            )
+        elif f.state == JobState.DEAD_LETTER:
+            logger.error(
+                "job %s (%s) dead-lettered (%s) after attempt %s: %s",
+                f.job_id,
+                path,
+                f.reason,
+                attempt,
+                error,
+            )
+            signals.job_dead_lettered.send(
+                sender=Worker,
+                job_id=f.job_id,
+                task_path=path,
+                attempt=claimed.attempt if claimed else None,
+                reason=f.reason,
+                error_type=f.error_type,
+            )
+        elif f.state == JobState.CANCELLED:
+            logger.warning("job %s (%s) cancelled while running", f.job_id, path)
+        elif f.state == JobState.PENDING:
+            logger.info("job %s (%s) handed back unstarted", f.job_id, path)
+
+    # --- heartbeat and maintenance ----------------------------------------------------------
+
+    def _register(self):
+        WorkerNode.objects.update_or_create(
+            id=self.worker_id,
+            defaults={
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": list(self.config.queues),
+                "concurrency": self.config.concurrency,
+                "started_at": timezone.now(),
+                "last_heartbeat_at": timezone.now(),
+                "stopped_at": None,
+            },
+        )
+
+    def _heartbeat(self):
+        self.heartbeats += 1
+        WorkerNode.objects.filter(id=self.worker_id).update(
+            last_heartbeat_at=timezone.now(), jobs_processed=self.processed_total
+        )
+        now = time.monotonic()
+        renewable = [
+            (job_id, h.claimed.lease_id)
+            for job_id, h in self.held.items()
+            # A job past its own deadline is being stopped; its lease is not renewed.
+            if not (
+                h.claimed.timeout and h.claimed.began and now - h.claimed.began > h.claimed.timeout
+            )
+        ]
+        held_ids = store.renew_leases(renewable, self.config.lease_seconds)
+        for job_id, _ in renewable:
+            if job_id not in held_ids and not any(f.job_id == job_id for f in self.finishes):
+                self._abandon(job_id)
+        self._check_cancels()
+        self._maintenance()
+
+    def _abandon(self, job_id):
+        held = self.held.pop(job_id, None)
+        if held is None:
+            return
+        logger.warning(
+            "job %s: lease lost (this worker stalled or was cut off); abandoning it", job_id
+        )
+        for executor in list(self.executors):
+            running = executor.running()
+            if running and executor.inflight.get(running[0]) is held.claimed:
+                executor.inflight.pop(running[0], None)
+                self._replace_executor(executor, None, failure=WorkerLost("lease lost"))
+                break
+            for seq, claimed in list(executor.inflight.items()):
+                if claimed is held.claimed:
+                    executor.inflight.pop(seq)
+        if held.claimed in self.dispatcher.ready:
+            self.dispatcher.ready.remove(held.claimed)
+
+    def _check_cancels(self):
+        if not self.held:
+            return
+        ids = list(self.held)
+        requested = set()
+        for start in range(0, len(ids), 500):
+            requested.update(
+                Job.objects.filter(
+                    id__in=ids[start : start + 500],
+                    state=JobState.RUNNING,
+                    cancel_requested_at__isnull=False,
+                ).values_list("id", flat=True)
+            )
+        now = time.monotonic()
+        for job_id in requested:
+            held = self.held[job_id]
+            if held.cancel_requested_at is None:
+                held.cancel_requested_at = now
+                logger.info(
+                    "job %s: cancel requested; it has %gs to stop by itself",
+                    job_id,
+                    self.config.cancel_grace,
+                )
+                if held.claimed in self.dispatcher.ready:
+                    self.dispatcher.ready.remove(held.claimed)
+                    self.finishes.append(
+                        ex.decide(
+                            held.claimed,
+                            ex.failure_from_outside(held.claimed, JobCancelled("cancelled")),
+                            worker_id=self.worker_id,
+                            cancel_requested=True,
+                        )
+                    )
+
+    def _maintenance(self):
+        recover_expired_leases(self.worker_id)
+        store.expire_not_after()
+        store.settle_orphaned_continuations()
+        if self.heartbeats % 30 == 1:
+            store.compact_counters()
+            forget_lost_nodes()
+
+    # --- shutdown ---------------------------------------------------------------------------
+
+    def _shutdown(self):
+        self.stop_event.set()
+        # Jobs never started are handed back; jobs still running are interrupted.
+        for claimed in list(self.dispatcher.ready):
+            self.finishes.append(
+                ex.decide(claimed, ex.Ran(claimed.id, "released"), worker_id=self.worker_id)
+            )
+        self.dispatcher.ready.clear()
+        for executor in list(self.executors):
+            running = executor.running()
+            executor.kill()
+            for seq, claimed in sorted(executor.inflight.items()):
+                if claimed.id not in self.held:
+                    continue
+                if running and seq == running[0]:
+                    ran = ex.failure_from_outside(
+                        claimed,
+                        WorkerShutdown("the worker shut down before the job finished"),
+                        kind=AttemptOutcome.INTERRUPTED,
+                    )
+                else:
+                    ran = ex.Ran(claimed.id, "released")
+                self.finishes.append(ex.decide(claimed, ran, worker_id=self.worker_id))
+            executor.inflight.clear()
+        attempts = 1 if self.hard_stop else 5
+        for _ in range(attempts):
+            self._flush_finishes()
+            if not self.finishes:
+                break
+        if self.finishes:
+            logger.error(
+                "could not record %d outcome(s); their leases expire and other workers "
+                "recover them",
+                len(self.finishes),
+            )
+            self.exit_code = 1
+        try:
+            WorkerNode.objects.filter(id=self.worker_id).update(
+                stopped_at=timezone.now(),
+                last_heartbeat_at=timezone.now(),
+                jobs_processed=self.processed_total,
+            )
+        except DB_ERRORS:
+            pass
+        if self.listener:
+            self.listener.close()
+        signal.set_wakeup_fd(-1)
+        logger.info("worker %s stopped: %d job(s) processed", self.worker_id, self.processed_total)
+        if self.hard_stop:
+            self.exit_code = 130
+
+    # --- database resilience ----------------------------------------------------------------
+
+    def _with_db(self, fn, *args, **kwargs):
+        """Run fn; on a database error, reconnect with backoff until it works or we stop."""
+        delay = 0.1
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except DB_ERRORS as e:
+                if not _is_transient(e):
+                    raise
+                logger.warning(
+                    "database unavailable (%s); retrying in %.1fs",
+                    str(e).strip().splitlines()[0] if str(e) else type(e).__name__,
+                    delay,
+                )
+                _reset_connection()
+                if self.hard_stop:
+                    return None
+                self._sleep(delay)
+                delay = min(delay * 2, 5.0)
+                if self.stopping and time.monotonic() - self.stop_requested_at > (
+                    self.config.shutdown_timeout + 5
+                ):
+                    return None
+
+    def _sleep(self, seconds):
+        ready = wait([self.wake_r], seconds)
+        if ready:
+            self._drain_wakeups()
+
+
+def _is_transient(error) -> bool:
+    if isinstance(error, OperationalError | InterfaceError):
+        return True
+    text = str(error).lower()
+    return any(
+        word in text
+        for word in ("locked", "connection", "terminat", "server closed", "shutdown", "could not")
+    )
+
+
+def _reset_connection():
+    try:
+        connection.close()
+    except Exception:
+        connection.connection = None
+
+
+def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
+    """Rescue running jobs whose worker stopped renewing its lease, through the retry flow."""
+    expired = store.expired_leases(limit)
+    if not expired:
+        return 0
+    finishes = []
+    for e in expired:
+        claimed = store.Claimed(
+            id=e.id,
+            lease_id=e.lease_id,
+            task_path=e.task_path,
+            args_json="",
+            kwargs_json="",
+            attempt=e.attempt,
+            max_attempts=e.max_attempts,
+            timeout=None,
+            queue_name="",
+            priority=0,
+            backend=e.backend,
+        )
+        ran = ex.failure_from_outside(
+            claimed,
+            WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
+            kind=AttemptOutcome.LOST,
+            started_at=e.started_at,
+        )
+        finish = ex.decide(claimed, ran, worker_id=e.worker_id)
+        finish.only_if_expired = True
+        finishes.append(finish)
+    applied = store.finish(finishes)
+    for f in applied:
+        logger.warning(
+            "recovered job %s from worker %s (lease expired): %s",
+            f.job_id,
+            f.worker_id,
+            f"retrying in {f.delay:.1f}s" if f.state == "retrying" else f"{f.state} ({f.reason})",
+        )
+    return len(applied)
+
+
+def forget_lost_nodes(days: int = 1) -> int:
+    cutoff = timezone.now() - timezone.timedelta(days=days)
+    deleted, _ = WorkerNode.objects.filter(last_heartbeat_at__lt=cutoff).delete()
+    return deleted
