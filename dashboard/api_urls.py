@@ -1,6 +1,16 @@
-from django.urls import path
+from django.urls import path, re_path
+
+from . import api
 
 app_name = "api"
-urlpatterns: list = [
-    # The JSON API (/api/v1/...) lives here.
+urlpatterns = [
+    path("jobs", api.job_list, name="job-list"),
+    path("jobs/<str:job_id>", api.job_detail, name="job-detail"),
+    path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
+    path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
+    path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
+    path("metrics/summary", api.summary, name="metrics-summary"),
+    path("openapi.json", api.openapi_document, name="openapi"),
+    # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.
+    re_path(r"^(?P<rest>.*)$", api.not_found),
 ]
