@@ -126,6 +126,7 @@ class JobsBackend(BaseTaskBackend):
         self.default_backoff = retry.policy_from_setting(options.get("BACKOFF"))
         self.heartbeat_seconds = float(options.get("HEARTBEAT_SECONDS", 10))
         self.lease_seconds = float(options.get("LEASE_SECONDS", 60))
+        self.cancel_grace_seconds = float(options.get("CANCEL_GRACE_SECONDS", 10))
         # Run each job inline at enqueue (for users' own test suites), through the same
         # retry logic, without waiting out the backoff.
         self.eager = bool(options.get("EAGER", False))

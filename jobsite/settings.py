@@ -126,8 +126,10 @@ TASKS = {
                 "max": 3600,
                 "jitter": 3,
             },
-            "HEARTBEAT_SECONDS": 10,
-            "LEASE_SECONDS": 60,
+            # Overridable for operations and for tests that exercise recovery quickly.
+            "HEARTBEAT_SECONDS": float(os.environ.get("JOBSITE_HEARTBEAT_SECONDS", 10)),
+            "LEASE_SECONDS": float(os.environ.get("JOBSITE_LEASE_SECONDS", 60)),
+            "CANCEL_GRACE_SECONDS": float(os.environ.get("JOBSITE_CANCEL_GRACE_SECONDS", 10)),
         },
     }
 }

@@ -89,6 +89,7 @@ class Command(BaseCommand):
                 shutdown_timeout=options["shutdown_timeout"],
                 heartbeat_seconds=getattr(backend, "heartbeat_seconds", 10.0),
                 lease_seconds=getattr(backend, "lease_seconds", 60.0),
+                cancel_grace=getattr(backend, "cancel_grace_seconds", 10.0),
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
