@@ -100,13 +100,12 @@ def database_from_environment():
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
             ),
         }
-        config.setdefault("TEST", {})
-        # Tests that run the worker in a subprocess need a file both processes can open.
-        config["TEST"]["NAME"] = os.environ.get(
-            "JOBSITE_TEST_SQLITE", str(BASE_DIR / "test-jobsite.sqlite3")
-        )
+        # Tests that run the worker in a subprocess need a file both processes can open;
+        # one per test run, so concurrent runs never share it.
+        config["TEST"] = {"NAME": f"/tmp/jobsite-test-{os.getpid()}.sqlite3"}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {"application_name": "jobsite"}
+        config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return config
 
 

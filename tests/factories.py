@@ -1,0 +1,36 @@
+"""Small builders for job rows in any state, respecting the table's constraints."""
+
+import uuid
+
+from django.utils import timezone
+
+from jobs.models import Attempt, Job
+from jobs.states import TERMINAL, JobState
+
+
+def make_job(state=JobState.PENDING, **fields):
+    now = timezone.now()
+    values = {
+        "task_path": "tests.tasks.add",
+        "args": [1, 2],
+        "state": state,
+        "attempt": 0,
+        "max_attempts": 3,
+    }
+    if state in TERMINAL:
+        values.setdefault("finished_at", now)
+        values["attempt"] = fields.get("attempt", 1)
+    if state == JobState.RUNNING:
+        values.update(attempt=1, lease_id=uuid.uuid4(), started_at=now, worker_id="w-test",
+                      lease_expires_at=now + timezone.timedelta(seconds=60))
+    if state == JobState.DEAD_LETTER:
+        values.update(attempt=3, dead_letter_reason="exhausted", error_type="ValueError",
+                      error_message="it broke")
+    values.update(fields)
+    return Job.objects.create(**values)
+
+
+def add_attempts(job, outcomes):
+    for number, outcome in enumerate(outcomes, start=1):
+        Attempt.objects.create(job=job, number=number, outcome=outcome, worker_id="w-test",
+                               started_at=timezone.now(), finished_at=timezone.now())
