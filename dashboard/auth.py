@@ -1,0 +1,124 @@
+"""Who is calling the JSON API and /metrics: a bearer token or the session.
+
+`api_view` wraps every endpoint: it authenticates, checks the method, enforces CSRF for session
+writes (a bearer token cannot be sent by a browser on its own, so token requests need none) and
+applies the console's permission rules. Every refusal is a JSON error, never a login redirect.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import wraps
+
+from django.db.models import Q
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from .models import ApiToken
+from .permissions import OPERATE_PERMISSION, can_operate, can_view
+from .serializers import BadRequest, error
+
+# last_used_at is written at most this often per token, so polling scripts cost no writes.
+TOUCH_INTERVAL = timedelta(minutes=1)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class AuthenticationFailed(Exception):
+    """Credentials were sent but are not valid."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    user: object
+    # None when the caller authenticated with the session.
+    token: ApiToken | None = None
+
+
+def authenticate(request) -> Caller | None:
+    """The caller, or None when anonymous; raises AuthenticationFailed for bad credentials."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        user = getattr(request, "user", None)
+        return Caller(user=user) if user is not None and user.is_authenticated else None
+    scheme, _, key = header.strip().partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise AuthenticationFailed("the Authorization header must be 'Bearer <token>'")
+    token = (
+        ApiToken.objects.live()
+        .select_related("user")
+        .filter(key_hash=ApiToken.hash_key(key))
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        raise AuthenticationFailed("invalid or revoked token")
+    touch(token)
+    return Caller(user=token.user, token=token)
+
+
+def touch(token: ApiToken) -> None:
+    now = timezone.now()
+    cutoff = now - TOUCH_INTERVAL
+    if token.last_used_at is not None and token.last_used_at >= cutoff:
+        return
+    # Guarded, so concurrent requests of one token write once.
+    ApiToken.objects.filter(pk=token.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
+    ).update(last_used_at=now)
+
+
+class _CsrfCheck(CsrfViewMiddleware):
+    def _reject(self, request, reason):
+        return reason
+
+
+def csrf_failure(request) -> str | None:
+    """Why the request fails Django's CSRF check, or None when it passes."""
+    check = _CsrfCheck(lambda request: None)
+    check.process_request(request)
+    return check.process_view(request, None, (), {})
+
+
+def unauthorized(message: str):
+    return error(401, message, headers={"WWW-Authenticate": 'Bearer realm="jobsite"'})
+
+
+def api_view(*methods: str, operate: bool = False):
+    """Authenticate, check the method, CSRF and permissions, then call the view.
+
+    A view raises `BadRequest` to answer 400.
+    """
+    allowed = frozenset(methods) | ({"HEAD"} if "GET" in methods else frozenset())
+    allow_header = ", ".join(sorted(allowed))
+
+    def decorate(view):
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            try:
+                caller = authenticate(request)
+            except AuthenticationFailed as exc:
+                return unauthorized(str(exc))
+            if caller is None:
+                return unauthorized("authentication required: log in or send a bearer token")
+            if request.method not in allowed:
+                return error(
+                    405, f"method {request.method} not allowed", headers={"Allow": allow_header}
+                )
+            if caller.token is None and request.method not in SAFE_METHODS:
+                reason = csrf_failure(request)
+                if reason:
+                    return error(403, f"CSRF check failed: {reason}")
+            request.user = caller.user
+            if not can_view(caller.user):
+                return error(403, "staff access required")
+            if operate and not can_operate(caller.user):
+                return error(403, f"the permission {OPERATE_PERMISSION} is required")
+            try:
+                return view(request, *args, **kwargs)
+            except BadRequest as exc:
+                return error(400, str(exc), **exc.details)
+
+        return wrapper
+
+    return decorate

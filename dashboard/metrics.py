@@ -1,0 +1,84 @@
+"""Job counts and lifetime counters, read from the database on every scrape.
+
+Counters are the sums of `CounterDelta` rows that the engine appends in the same transactions
+as the state changes they count, so every worker process on every machine contributes and
+nothing is kept in memory here. Gauges are counts of the job table by state and queue.
+"""
+
+from dataclasses import dataclass
+
+from django.db.models import Count
+from django.http import HttpResponse
+from django.urls import path
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from jobs.models import CounterDelta, Job
+from jobs.states import JobState
+
+from .auth import api_view
+
+COUNTERS = {
+    "jobs_enqueued": "Jobs enqueued.",
+    "jobs_succeeded": "Jobs that succeeded.",
+    "jobs_failed": "Failed attempts (every one, retried or not).",
+    "jobs_requeued": "Failed attempts that scheduled another attempt.",
+    "jobs_dead_lettered": "Jobs that became dead letters.",
+    "jobs_recovered": "Jobs rescued from workers that stopped renewing their lease.",
+    "jobs_cancelled": "Jobs cancelled.",
+}
+STATES = [state.value for state in JobState]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    # Jobs per state, every state present.
+    states: dict[str, int]
+    # Jobs per queue, then per state, every state present.
+    queues: dict[str, dict[str, int]]
+    # Lifetime counters, every name of COUNTERS present.
+    counters: dict[str, int]
+
+    def as_json(self) -> dict:
+        return {"states": self.states, "queues": self.queues, "counters": self.counters}
+
+
+def snapshot() -> Snapshot:
+    rows = Job.objects.order_by().values("queue_name", "state").annotate(n=Count("id"))
+    states = dict.fromkeys(STATES, 0)
+    queues: dict[str, dict[str, int]] = {}
+    for row in rows:
+        states[row["state"]] = states.get(row["state"], 0) + row["n"]
+        queue = queues.setdefault(row["queue_name"], dict.fromkeys(STATES, 0))
+        queue[row["state"]] = row["n"]
+    counters = dict.fromkeys(COUNTERS, 0) | CounterDelta.objects.totals()
+    return Snapshot(states=states, queues=dict(sorted(queues.items())), counters=counters)
+
+
+class JobsCollector(Collector):
+    """Reads one snapshot per scrape."""
+
+    def collect(self):
+        snap = snapshot()
+        for name, help_text in COUNTERS.items():
+            yield CounterMetricFamily(f"jobsite_{name}", help_text, value=snap.counters[name])
+        jobs = GaugeMetricFamily(
+            "jobsite_jobs", "Jobs by state and queue.", labels=["state", "queue"]
+        )
+        for queue, states in snap.queues.items():
+            for state, n in states.items():
+                jobs.add_metric([state, queue], n)
+        yield jobs
+
+
+@api_view("GET")
+def metrics(request):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobsCollector())
+    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encode(registry), content_type=content_type)
+
+
+# Included at /metrics by jobsite/urls.py.
+urlpatterns = [path("", metrics, name="metrics")]

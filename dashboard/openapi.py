@@ -1,0 +1,286 @@
+"""The OpenAPI 3 description of the JSON API, served at /api/v1/openapi.json."""
+
+from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+
+from .serializers import DEFAULT_LIMIT, JOB_FIELDS, MAX_LIMIT
+
+
+def _ref(name):
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema):
+    return {**schema, "nullable": True}
+
+
+TIME = {"type": "string", "format": "date-time"}
+UUID = {"type": "string", "format": "uuid"}
+ANY = {"nullable": True, "description": "Any JSON value."}
+
+JOB = {
+    "type": "object",
+    "required": list(JOB_FIELDS),
+    "properties": {
+        "id": UUID,
+        "task_path": {"type": "string"},
+        "args": {"type": "array", "items": ANY},
+        "kwargs": {"type": "object", "additionalProperties": ANY},
+        "queue_name": {"type": "string"},
+        "priority": {"type": "integer", "minimum": -100, "maximum": 100},
+        "state": {"type": "string", "enum": [s.value for s in JobState]},
+        "attempt": {"type": "integer", "minimum": 0},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+        "run_after": TIME,
+        "not_after": _nullable(TIME),
+        "dedup_key": _nullable({"type": "string"}),
+        "rerun_of": _nullable({**UUID, "description": "The job this one is a rerun of."}),
+        "parent": _nullable({**UUID, "description": "The job this continuation waits for."}),
+        "enqueued_at": TIME,
+        "started_at": _nullable(TIME),
+        "finished_at": _nullable(TIME),
+        "error_type": {"type": "string"},
+        "error_message": {"type": "string"},
+        "error_traceback": {"type": "string"},
+        "dead_letter_reason": {
+            "type": "string",
+            "enum": ["", *[r.value for r in DeadLetterReason]],
+        },
+        "return_value": ANY,
+        "worker_id": {"type": "string", "description": "Extension: the worker holding the job."},
+        "cancel_requested_at": _nullable(
+            {**TIME, "description": "Extension: when a cancel of the running job was asked."}
+        ),
+    },
+}
+
+ATTEMPT = {
+    "type": "object",
+    "required": [
+        "number",
+        "worker_id",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "error_type",
+        "error_message",
+        "error_traceback",
+    ],
+    "properties": {
+        "number": {"type": "integer", "minimum": 1},
+        "worker_id": {"type": "string"},
+        "started_at": _nullable(TIME),
+        "finished_at": _nullable(TIME),
+        "outcome": {"type": "string", "enum": [o.value for o in AttemptOutcome]},
+        "error_type": {"type": "string"},
+        "error_message": {"type": "string"},
+        "error_traceback": {"type": "string"},
+    },
+}
+
+COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
+
+SCHEMAS = {
+    "Job": JOB,
+    "Attempt": ATTEMPT,
+    "JobDetail": {
+        "allOf": [
+            _ref("Job"),
+            {
+                "type": "object",
+                "required": ["attempts"],
+                "properties": {"attempts": {"type": "array", "items": _ref("Attempt")}},
+            },
+        ]
+    },
+    "JobList": {
+        "type": "object",
+        "required": ["results", "next_cursor"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("Job"), "maxItems": MAX_LIMIT},
+            "next_cursor": _nullable(
+                {"type": "string", "description": "Pass as `cursor` for the next page."}
+            ),
+        },
+    },
+    "Summary": {
+        "type": "object",
+        "required": ["states", "queues", "counters"],
+        "properties": {
+            "states": {**COUNTS, "description": "Jobs per state (every state present)."},
+            "queues": {
+                "type": "object",
+                "description": "Per queue, jobs per state.",
+                "additionalProperties": COUNTS,
+            },
+            "counters": {
+                **COUNTS,
+                "description": (
+                    "Lifetime counters: jobs_enqueued, jobs_succeeded, jobs_failed (every failed "
+                    "attempt), jobs_requeued (failures that scheduled a retry), "
+                    "jobs_dead_lettered, jobs_recovered, jobs_cancelled."
+                ),
+            },
+        },
+    },
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}},
+        "additionalProperties": True,
+    },
+    "Conflict": {
+        "type": "object",
+        "required": ["error", "job"],
+        "properties": {
+            "error": {"type": "string", "description": "Why the action was not taken."},
+            "job": _ref("Job"),
+        },
+    },
+}
+
+
+def _json(description, schema_name, **extra):
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": _ref(schema_name)}},
+        **extra,
+    }
+
+
+ERRORS = {
+    "400": _json("Malformed input: unknown or repeated parameters, bad values.", "Error"),
+    "401": _json(
+        "No credentials, or a bad or revoked token.",
+        "Error",
+        headers={"WWW-Authenticate": {"schema": {"type": "string"}}},
+    ),
+    "403": _json(
+        "Not staff, lacking jobs.operate_job for an action, or a session POST without CSRF.",
+        "Error",
+    ),
+}
+NOT_FOUND = {"404": _json("No job has this id.", "Error")}
+NOT_ALLOWED = {
+    "405": _json("Wrong method.", "Error", headers={"Allow": {"schema": {"type": "string"}}})
+}
+JOB_ID = {
+    "name": "job_id",
+    "in": "path",
+    "required": True,
+    "schema": UUID,
+}
+
+
+def _list_parameter(name, schema, description):
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+LIST_PARAMETERS = [
+    _list_parameter(
+        "state", {"type": "string", "enum": [s.value for s in JobState]}, "Only jobs in this state."
+    ),
+    _list_parameter("queue", {"type": "string"}, "Only jobs of this queue."),
+    _list_parameter("task", {"type": "string"}, "Only jobs of this task path."),
+    _list_parameter(
+        "limit",
+        {"type": "integer", "format": "int32", "default": DEFAULT_LIMIT},
+        f"Page size, clamped to 1-{MAX_LIMIT}.",
+    ),
+    _list_parameter("cursor", {"type": "string"}, "The next_cursor of the previous page."),
+]
+
+
+def _action(summary, description, ok_status, ok_description):
+    return {
+        "post": {
+            "summary": summary,
+            "description": description,
+            "parameters": [JOB_ID],
+            "responses": {
+                ok_status: _json(ok_description, "Job"),
+                "409": _json("Not allowed in the job's state; says why.", "Conflict"),
+                **ERRORS,
+                **NOT_FOUND,
+            },
+        },
+        "get": {
+            "summary": "Not allowed: actions are POST.",
+            "parameters": [JOB_ID],
+            "responses": {**NOT_ALLOWED, **ERRORS},
+        },
+    }
+
+
+def document() -> dict:
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "jobsite",
+            "version": "1",
+            "description": (
+                "Background jobs: list, inspect, retry, rerun and cancel them, and read their "
+                "counts. Authenticate with `Authorization: Bearer <token>` (see `manage.py "
+                "create_api_token`) or a staff session; session POSTs need a CSRF token. "
+                "Prometheus metrics are at /metrics, with the same authentication."
+            ),
+        },
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"bearerAuth": []}, {"sessionCookie": []}],
+        "paths": {
+            "/jobs": {
+                "get": {
+                    "summary": "List jobs, newest first",
+                    "parameters": LIST_PARAMETERS,
+                    "responses": {"200": _json("A page of jobs.", "JobList"), **ERRORS},
+                }
+            },
+            "/jobs/{job_id}": {
+                "get": {
+                    "summary": "A job with its attempts",
+                    "parameters": [JOB_ID],
+                    "responses": {
+                        "200": _json("The job.", "JobDetail"),
+                        **ERRORS,
+                        **NOT_FOUND,
+                    },
+                }
+            },
+            "/jobs/{job_id}/retry": _action(
+                "Retry a dead-lettered or cancelled job (same row, back to pending)",
+                "Needs jobs.operate_job.",
+                "200",
+                "The job, back in line.",
+            ),
+            "/jobs/{job_id}/rerun": _action(
+                "Rerun a finished job as a new job",
+                "Needs jobs.operate_job. The Location header names the new job.",
+                "201",
+                "The new job; its rerun_of is the original.",
+            ),
+            "/jobs/{job_id}/cancel": _action(
+                "Cancel a job that has not finished (a running one is stopped by its worker)",
+                "Needs jobs.operate_job.",
+                "200",
+                "The job, cancelled (or running with cancel_requested_at set).",
+            ),
+            "/metrics/summary": {
+                "get": {
+                    "summary": "Jobs per state and per queue, and the lifetime counters",
+                    "responses": {"200": _json("The counts.", "Summary"), **ERRORS},
+                }
+            },
+        },
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer"},
+                "sessionCookie": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+            },
+        },
+    }
