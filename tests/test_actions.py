@@ -1,0 +1,156 @@
+import threading
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from jobs import actions
+from jobs.models import Attempt, AuditEntry, Job
+from jobs.states import TERMINAL, JobState
+from tests.factories import add_attempts, make_job
+
+pytestmark = pytest.mark.django_db
+
+NOT_RETRYABLE = [JobState.PENDING, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYING,
+                 JobState.SUCCEEDED]
+
+
+def test_retry_puts_a_dead_letter_back_in_line_on_the_same_row():
+    job = make_job(JobState.DEAD_LETTER, error_traceback="Traceback ...", worker_id="w1")
+    add_attempts(job, ["failed", "failed", "failed"])
+    assert actions.retry(job.id) is True
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert (job.error_type, job.error_message, job.error_traceback) == ("", "", "")
+    assert (job.worker_id, job.finished_at, job.started_at, job.dead_letter_reason) == (
+        "", None, None, "")
+    assert job.max_attempts == job.attempt + 1 == 4
+    assert Job.objects.count() == 1
+
+
+def test_retry_keeps_every_attempt_of_the_history():
+    job = make_job(JobState.DEAD_LETTER)
+    add_attempts(job, ["failed", "failed", "failed"])
+    actions.retry(job.id)
+    assert Attempt.objects.filter(job=job).count() == 3
+
+
+def test_retry_of_a_cancelled_job_that_has_attempts_left_keeps_max_attempts():
+    job = make_job(JobState.CANCELLED, attempt=1, max_attempts=5)
+    assert actions.retry(job.id) is True
+    job.refresh_from_db()
+    assert (job.state, job.max_attempts) == (JobState.PENDING, 5)
+
+
+@pytest.mark.parametrize("state", NOT_RETRYABLE)
+def test_retry_is_refused_in_any_other_state(state):
+    job = make_job(state, attempt=1 if state == JobState.RETRYING else 0)
+    assert actions.retry(job.id) is False
+    job.refresh_from_db()
+    assert job.state == state
+
+
+def test_retrying_twice_has_one_effect_and_says_so():
+    job = make_job(JobState.DEAD_LETTER)
+    first = actions.retry_job(job.id)
+    second = actions.retry_job(job.id)
+    assert (first.changed, second.changed) == (True, False)
+    assert second.message == "job already pending"
+
+
+def test_retry_of_a_job_that_used_100_attempts_asks_for_a_rerun():
+    job = make_job(JobState.DEAD_LETTER, attempt=100, max_attempts=100)
+    result = actions.retry_job(job.id)
+    assert not result.changed and "rerun" in result.message
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL))
+def test_rerun_makes_a_new_linked_run_and_leaves_the_original_alone(state):
+    original = make_job(state, args=[7, 8], queue_name="emails", priority=5)
+    before = Job.objects.values().get(id=original.id)
+    new = actions.rerun(original.id)
+    assert new.rerun_of_id == original.id
+    assert (new.task_path, new.args, new.queue_name, new.priority) == (
+        original.task_path, [7, 8], "emails", 5)
+    assert (new.state, new.attempt) == (JobState.PENDING, 0)
+    assert Job.objects.values().get(id=original.id) == before
+
+
+@pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL))
+def test_rerun_is_refused_before_the_job_has_finished(state):
+    job = make_job(state, attempt=1 if state == JobState.RETRYING else 0)
+    assert actions.rerun(job.id) is None
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING])
+def test_cancel_ends_a_waiting_job(state):
+    job = make_job(state, attempt=1 if state == JobState.RETRYING else 0)
+    assert actions.cancel(job.id) is True
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and job.finished_at is not None
+
+
+def test_cancel_of_a_running_job_asks_its_worker_to_stop_it():
+    job = make_job(JobState.RUNNING)
+    assert actions.cancel(job.id) is True
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.cancel_requested_at is not None
+    assert actions.cancel_job(job.id).message == "cancel already requested"
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL))
+def test_cancel_is_refused_once_the_job_has_finished(state):
+    job = make_job(state)
+    assert actions.cancel(job.id) is False
+
+
+def test_cancelling_a_parent_cancels_its_waiting_continuations():
+    parent = make_job()
+    child = make_job(JobState.SCHEDULED, parent=parent)
+    grandchild = make_job(JobState.SCHEDULED, parent=child)
+    actions.cancel(parent.id)
+    assert set(Job.objects.filter(state=JobState.CANCELLED).values_list("id", flat=True)) == {
+        parent.id, child.id, grandchild.id}
+
+
+def test_actions_on_unknown_or_malformed_ids_change_nothing():
+    for job_id in (uuid.uuid4(), "nonsense", None):
+        assert actions.retry(job_id) is False
+        assert actions.rerun(job_id) is None
+        assert actions.cancel(job_id) is False
+
+
+def test_each_action_writes_an_audit_entry_naming_the_user():
+    user = get_user_model().objects.create_user("operator")
+    job = make_job(JobState.DEAD_LETTER)
+    actions.retry_job(job.id, user=user, source="dashboard")
+    actions.retry_job(job.id, user=user, source="dashboard")
+    entries = list(AuditEntry.objects.filter(job=job).order_by("at", "id"))
+    assert [(e.username, e.action, e.source) for e in entries] == [
+        ("operator", "retry", "dashboard"), ("operator", "retry", "dashboard")]
+    assert [e.outcome for e in entries] == ["job put back in line", "job already pending"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_of_one_job_have_one_effect():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    job = make_job(JobState.DEAD_LETTER)
+    barrier = threading.Barrier(8)
+    results = []
+
+    def attempt():
+        barrier.wait()
+        try:
+            results.append(actions.retry(job.id))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]

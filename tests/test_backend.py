@@ -1,0 +1,262 @@
+import math
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.tasks import TaskResultStatus, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.test import override_settings
+from django.utils import timezone
+
+from jobs.backend import JobTask
+from jobs.errors import DuplicateJob
+from jobs.models import CounterDelta, Job
+from jobs.retry import Fixed
+from jobs.states import JobState
+from tests import tasks
+from tests.factories import add_attempts, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def test_enqueue_stores_a_pending_job_and_returns_its_result():
+    result = tasks.add.enqueue(2, 3)
+    job = Job.objects.get(id=result.id)
+    assert result.status == TaskResultStatus.READY
+    assert (job.task_path, job.args, job.kwargs) == ("tests.tasks.add", [2, 3], {})
+    assert (job.state, job.attempt, job.queue_name) == (JobState.PENDING, 0, "default")
+
+
+def test_enqueue_counts_into_jobs_enqueued():
+    tasks.add.enqueue(1, 1)
+    tasks.add.enqueue(1, 2)
+    assert CounterDelta.objects.totals()["jobs_enqueued"] == 2
+
+
+def test_the_task_class_is_ours_with_its_extra_keywords():
+    assert isinstance(tasks.always_fails, JobTask)
+    assert tasks.always_fails.max_attempts == 3
+    assert tasks.ignores_timeout.timeout == 1
+
+
+def test_max_attempts_per_call_beats_per_task_beats_the_option():
+    assert Job.objects.get(id=tasks.gives_up.enqueue("k").id).max_attempts == 5
+    call = tasks.gives_up.using(max_attempts=9).enqueue("k")
+    assert Job.objects.get(id=call.id).max_attempts == 9
+    assert Job.objects.get(id=tasks.add.enqueue(1, 1).id).max_attempts == 3
+
+
+@override_settings(TASKS={"default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [],
+                                      "OPTIONS": {"MAX_ATTEMPTS": 7}}})
+def test_max_attempts_falls_back_to_the_option():
+    backend = task_backends["default"]
+    assert backend.max_attempts_for(tasks.add) == 7
+    assert backend.max_attempts_for(tasks.gives_up) == 5
+
+
+@pytest.mark.parametrize("value", [0, 101, -3])
+def test_max_attempts_outside_1_to_100_is_stored_as_3(value):
+    result = tasks.add.using(max_attempts=value).enqueue(1, 1)
+    assert Job.objects.get(id=result.id).max_attempts == 3
+
+
+def test_using_keeps_every_option_it_was_not_given():
+    t = tasks.always_fails.using(priority=5).using(queue_name="q")
+    assert (t.priority, t.queue_name, t.max_attempts, t.backoff) == (5, "q", 3, Fixed(0))
+
+
+def test_priority_queue_run_after_and_not_after_are_stored():
+    later = timezone.now() + timedelta(hours=1)
+    latest = later + timedelta(hours=1)
+    result = tasks.add.using(priority=10, queue_name="emails", run_after=later,
+                             not_after=latest).enqueue(1, 1)
+    job = Job.objects.get(id=result.id)
+    assert (job.priority, job.queue_name) == (10, "emails")
+    assert abs(job.run_after - later) < timedelta(milliseconds=1)
+    assert abs(job.not_after - latest) < timedelta(milliseconds=1)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [object(), {1, 2}, b"\xff\xfe", float("nan"), math.inf, -math.inf, "a\x00b",
+     {"nested": [1, {"deep": float("nan")}]}, {1: "int key"}, timezone.now()],
+    ids=["object", "set", "bytes", "nan", "inf", "-inf", "nul", "nested-nan", "int-key",
+         "datetime"],
+)
+def test_non_json_arguments_are_refused_and_nothing_is_stored(bad):
+    with pytest.raises((TypeError, ValueError)):
+        tasks.echo.enqueue(bad)
+    with pytest.raises((TypeError, ValueError)):
+        tasks.echo.enqueue(key=bad)
+    assert not Job.objects.exists()
+
+
+def test_tuples_are_stored_as_lists():
+    result = tasks.echo.enqueue((1, 2), nested={"t": (3,)})
+    job = Job.objects.get(id=result.id)
+    assert job.args == [[1, 2]] and job.kwargs == {"nested": {"t": [3]}}
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_job():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.add.enqueue(1, 1)
+        raise RuntimeError("roll back")
+    assert not Job.objects.exists()
+    assert "jobs_enqueued" not in CounterDelta.objects.totals()
+
+
+def test_a_second_enqueue_with_a_held_dedup_key_raises_with_the_holder():
+    first = tasks.add.using(dedup_key="welcome-42").enqueue(1, 1)
+    with pytest.raises(DuplicateJob) as raised:
+        tasks.add.using(dedup_key="welcome-42").enqueue(1, 1)
+    assert str(raised.value.job_id) == first.id
+    assert Job.objects.count() == 1
+
+
+def test_a_duplicate_inside_a_transaction_leaves_the_transaction_usable():
+    tasks.add.using(dedup_key="k").enqueue(1, 1)
+    with transaction.atomic():
+        with pytest.raises(DuplicateJob):
+            tasks.add.using(dedup_key="k").enqueue(1, 1)
+        tasks.add.enqueue(2, 2)
+    assert Job.objects.count() == 2
+
+
+def test_the_dedup_key_is_free_once_the_holder_is_terminal():
+    first = tasks.add.using(dedup_key="k").enqueue(1, 1)
+    Job.objects.filter(id=first.id).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    second = tasks.add.using(dedup_key="k").enqueue(1, 1)
+    assert second.id != first.id
+
+
+def test_a_continuation_waits_scheduled_for_its_parent():
+    parent = tasks.add.enqueue(1, 1)
+    child = tasks.add.using(after=parent.id).enqueue(2, 2)
+    job = Job.objects.get(id=child.id)
+    assert (job.state, str(job.parent_id)) == (JobState.SCHEDULED, parent.id)
+
+
+def test_a_continuation_of_a_succeeded_parent_is_pending_at_once():
+    parent = make_job(JobState.SUCCEEDED)
+    child = tasks.add.using(after=parent.id).enqueue(2, 2)
+    assert Job.objects.get(id=child.id).state == JobState.PENDING
+
+
+def test_a_continuation_of_a_dead_parent_is_cancelled():
+    parent = make_job(JobState.DEAD_LETTER)
+    child = tasks.add.using(after=parent).enqueue(2, 2)
+    assert Job.objects.get(id=child.id).state == JobState.CANCELLED
+
+
+def test_a_continuation_of_an_unknown_job_is_refused():
+    with pytest.raises(ValueError, match="does not exist"):
+        tasks.add.using(after=uuid.uuid4()).enqueue(1, 1)
+    with pytest.raises(ValueError, match="job id"):
+        tasks.add.using(after="not-an-id").enqueue(1, 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"backoff": "fast"}, "backoff"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": "10"}, "timeout"),
+        ({"dedup_key": ""}, "dedup_key"),
+        ({"dedup_key": "x" * 256}, "dedup_key"),
+        ({"not_after": "tomorrow"}, "not_after"),
+        ({"priority": 101}, "priority"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_error(options, message):
+    with pytest.raises(InvalidTask, match=message):
+        tasks.add.using(**options).enqueue(1, 1)
+    assert not Job.objects.exists()
+
+
+def test_get_result_maps_states_to_django_statuses():
+    expected = {
+        JobState.PENDING: TaskResultStatus.READY,
+        JobState.SCHEDULED: TaskResultStatus.READY,
+        JobState.RETRYING: TaskResultStatus.READY,
+        JobState.RUNNING: TaskResultStatus.RUNNING,
+        JobState.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+        JobState.CANCELLED: TaskResultStatus.FAILED,
+        JobState.DEAD_LETTER: TaskResultStatus.FAILED,
+    }
+    for state, status in expected.items():
+        job = make_job(state, attempt=1 if state == JobState.RETRYING else 0)
+        assert tasks.add.get_result(job.id).status == status, state
+
+
+def test_get_result_lists_every_failed_attempt_as_an_error():
+    job = make_job(JobState.SUCCEEDED, attempt=3, return_value=3)
+    add_attempts(job, ["failed", "failed", "succeeded"])
+    job.attempts.filter(outcome="failed").update(error_type="builtins.ValueError",
+                                                 error_traceback="Traceback ...")
+    result = tasks.add.get_result(job.id)
+    assert len(result.errors) == 2
+    assert result.return_value == 3
+    assert result.attempts == 3
+
+
+def test_get_result_of_an_unknown_or_malformed_id_raises_does_not_exist():
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(str(uuid.uuid4()))
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result("garbage")
+
+
+def test_task_enqueued_is_sent():
+    received = []
+
+    def receiver(sender, task_result, **kwargs):
+        received.append(task_result.id)
+
+    task_enqueued.connect(receiver)
+    try:
+        result = tasks.add.enqueue(1, 1)
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert received == [result.id]
+
+
+def test_enqueue_many_stores_every_call_in_one_go():
+    ids = tasks.add.enqueue_many([((i, i), {}) for i in range(250)])
+    assert Job.objects.filter(id__in=ids).count() == 250
+    assert CounterDelta.objects.totals()["jobs_enqueued"] == 250
+
+
+def test_enqueue_many_refuses_non_json_and_stores_nothing():
+    with pytest.raises(TypeError):
+        tasks.echo.enqueue_many([((1,), {}), ((object(),), {})])
+    assert not Job.objects.exists()
+
+
+EAGER = {"default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [],
+                     "OPTIONS": {"EAGER": True}}}
+
+
+@override_settings(TASKS=EAGER)
+def test_eager_mode_runs_the_job_inline_and_returns_its_result():
+    result = tasks.add.enqueue(20, 22)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 42
+
+
+@override_settings(TASKS=EAGER)
+def test_eager_mode_retries_through_the_policy_without_waiting():
+    result = tasks.flaky.enqueue("eager-flaky")
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.attempt) == (JobState.SUCCEEDED, 2)
+    assert list(job.attempts.values_list("outcome", flat=True)) == ["failed", "succeeded"]
+
+
+@override_settings(TASKS=EAGER)
+def test_eager_mode_dead_letters_after_max_attempts():
+    result = tasks.always_fails.enqueue("eager-dead")
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "exhausted", 3)
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 3
