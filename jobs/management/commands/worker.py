@@ -1,3 +1,5 @@
+import argparse
+
 from django.core.management.base import BaseCommand, CommandError
 from django.tasks import task_backends
 
@@ -8,9 +10,9 @@ def positive_int(value):
     try:
         number = int(value)
     except ValueError:
-        raise CommandError(f"expected a whole number, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
     if number < 1:
-        raise CommandError(f"expected a number >= 1, got {number}")
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {number}")
     return number
 
 
@@ -18,9 +20,9 @@ def non_negative_float(value):
     try:
         number = float(value)
     except ValueError:
-        raise CommandError(f"expected a number of seconds, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
     if not number >= 0 or number == float("inf"):
-        raise CommandError(f"expected a number of seconds >= 0, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {value!r}")
     return number
 
 
