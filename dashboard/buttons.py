@@ -1,0 +1,37 @@
+"""Which action buttons a job shows: the states come from `jobs.actions`, never restated here."""
+
+from dataclasses import dataclass
+
+from jobs.actions import CANCELLABLE, RETRYABLE
+from jobs.states import TERMINAL, JobState
+
+from .permissions import can_operate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Button:
+    action: str
+    label: str
+    url_name: str
+
+
+RETRY = Button(action="retry", label="Retry", url_name="dashboard:retry")
+RERUN = Button(action="rerun", label="Rerun", url_name="dashboard:rerun")
+CANCEL = Button(action="cancel", label="Cancel", url_name="dashboard:cancel")
+
+
+def job_buttons(job, user) -> list[Button]:
+    """The actions `user` may take on `job` in its current state, in display order."""
+    if not can_operate(user):
+        return []
+    buttons = []
+    if job.state in RETRYABLE:
+        buttons.append(RETRY)
+    if job.state in TERMINAL:
+        buttons.append(RERUN)
+    # A running job can be asked to stop once; after that its worker is on it.
+    if job.state in CANCELLABLE or (
+        job.state == JobState.RUNNING and job.cancel_requested_at is None
+    ):
+        buttons.append(CANCEL)
+    return buttons

@@ -1,0 +1,78 @@
+"""The GET filters of the lists and the POST of a bulk retry, validated before any query runs."""
+
+import uuid
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from jobs.states import JobState
+
+from .pagination import Cursor, InvalidCursor
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+# A bulk action touches at most this many jobs, so one click cannot stall the database.
+BULK_CAP = 1_000
+
+
+class ListFilterForm(forms.Form):
+    queue = forms.CharField(required=False, max_length=100)
+    task = forms.CharField(required=False, max_length=255)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    cursor = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    limit = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_LIMIT, widget=forms.HiddenInput
+    )
+
+    def clean_cursor(self):
+        text = self.cleaned_data["cursor"]
+        if not text:
+            return None
+        try:
+            return Cursor.decode(text)
+        except InvalidCursor as exc:
+            raise ValidationError("This page link is broken; start from the first page.") from exc
+
+    def clean_limit(self):
+        return self.cleaned_data["limit"] or DEFAULT_LIMIT
+
+    @property
+    def filters(self):
+        """The cleaned filters that narrow the rows (not the paging), blanks dropped."""
+        paging = {"cursor", "limit"}
+        return {k: v for k, v in self.cleaned_data.items() if k not in paging and v}
+
+
+class JobFilterForm(ListFilterForm):
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *JobState.choices])
+    field_order = ["state", "queue", "task", "q"]
+
+
+class DeadLetterFilterForm(ListFilterForm):
+    error = forms.CharField(required=False, max_length=255, label="Error type")
+    field_order = ["task", "error", "queue", "q"]
+
+
+class BulkRetryForm(forms.Form):
+    """Step one names the jobs (ticked rows, or every match of the filter); step two confirms."""
+
+    SELECTED = "selected"
+    MATCHING = "matching"
+
+    scope = forms.ChoiceField(choices=[(SELECTED, SELECTED), (MATCHING, MATCHING)])
+    ids = forms.TypedMultipleChoiceField(required=False, coerce=str)
+    confirm = forms.BooleanField(required=False)
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        # Any well-formed id is a valid choice; whether it is a dead letter is the action's call.
+        self.fields["ids"].valid_value = lambda value: True
+
+    def clean_ids(self):
+        values = self.cleaned_data["ids"]
+        if len(values) > BULK_CAP:
+            raise ValidationError(f"At most {BULK_CAP:,} jobs per action.")
+        try:
+            return list(dict.fromkeys(uuid.UUID(value) for value in values))
+        except ValueError as exc:
+            raise ValidationError("One of the selected ids is not a job id.") from exc

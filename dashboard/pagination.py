@@ -1,0 +1,62 @@
+"""Keyset pagination, newest first: no OFFSET, no COUNT over the table.
+
+A cursor is the (time, id) of the last row shown, base64url-encoded so it survives a URL; the
+next page holds the rows strictly after it in the order `time DESC, id DESC`.
+"""
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+
+
+class InvalidCursor(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cursor:
+    at: datetime
+    id: uuid.UUID
+
+    def encode(self) -> str:
+        raw = f"{self.at.isoformat()}|{self.id.hex}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> "Cursor":
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            at, _, job_id = raw.partition("|")
+            moment = datetime.fromisoformat(at)
+            if moment.tzinfo is None:
+                raise ValueError("cursor time without a zone")
+            return cls(at=moment, id=uuid.UUID(hex=job_id))
+        except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+            raise InvalidCursor("not a cursor from this page") from exc
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page:
+    rows: list
+    next_cursor: str | None
+    # Is this the first page (no cursor given)?
+    is_first: bool
+
+
+def keyset_page(queryset, *, time_field, cursor: Cursor | None, limit: int) -> Page:
+    """One page of `queryset` ordered by `time_field` then id, both descending."""
+    if cursor is not None:
+        before = Q(**{f"{time_field}__lt": cursor.at})
+        same_time_lower_id = Q(**{time_field: cursor.at, "id__lt": cursor.id})
+        queryset = queryset.filter(before | same_time_lower_id)
+    rows = list(queryset.order_by(f"-{time_field}", "-id")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1]
+        next_cursor = Cursor(at=getattr(last, time_field), id=last.id).encode()
+    return Page(rows=rows, next_cursor=next_cursor, is_first=cursor is None)

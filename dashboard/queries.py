@@ -1,0 +1,308 @@
+"""Every query the console's pages run, each sized for a job table of millions of rows.
+
+No page counts or sorts the whole table: lists are keyset pages on the console indexes, counts
+are capped (see `counts`), and the lists of queue and task names come from a loose index scan.
+"""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Max, Min, Q
+from django.db.models.functions import TruncMinute
+
+from jobs.models import Attempt, AuditEntry, Job, WorkerNode
+from jobs.states import CLAIMABLE, AttemptOutcome, JobState
+
+from .counts import CELL_CAP, STATE_CAP, Tally, tally
+from .pagination import Page, keyset_page
+
+# The loose index scan stops after this many names; beyond it the list would not help anyone.
+MAX_NAMES = 500
+DEAD_LETTER_GROUPS = 50
+LINEAGE_DEPTH = 20
+FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON)
+
+
+def lease_seconds() -> float:
+    options = settings.TASKS.get("default", {}).get("OPTIONS", {})
+    return float(options.get("LEASE_SECONDS", 60))
+
+
+# Names of queues and tasks.
+
+
+def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
+    """Distinct values of an indexed column, one index probe per value (a loose index scan)."""
+    if column not in ("queue_name", "task_path"):
+        raise ValueError(column)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE names(name, n) AS (
+            SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1), 1
+            UNION ALL
+            SELECT (SELECT {column} FROM {table} WHERE {column} > names.name
+                    ORDER BY {column} LIMIT 1), n + 1
+            FROM names WHERE names.name IS NOT NULL AND n < %s
+        )
+        SELECT name FROM names WHERE name IS NOT NULL
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+# Overview.
+
+
+def state_tallies() -> list[tuple[str, str, Tally]]:
+    """(state, label, tally) for every state, in lifecycle order."""
+    return [
+        (state.value, state.label, tally(Job.objects.filter(state=state), STATE_CAP))
+        for state in JobState
+    ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueRow:
+    name: str
+    pending: Tally
+    running: Tally
+    retrying: Tally
+    dead_letter: Tally
+    # How long the job that has waited longest since it became due has been waiting.
+    oldest_due_age: timedelta | None
+
+
+def queue_rows(now: datetime) -> list[QueueRow]:
+    return [_queue_row(name, now) for name in distinct_names("queue_name")]
+
+
+def _queue_row(name: str, now: datetime) -> QueueRow:
+    jobs = Job.objects.filter(queue_name=name)
+    oldest = (
+        jobs.filter(state__in=CLAIMABLE, run_after__lte=now)
+        .order_by()
+        .aggregate(oldest=Min("run_after"))["oldest"]
+    )
+    return QueueRow(
+        name=name,
+        pending=tally(jobs.filter(state=JobState.PENDING), CELL_CAP),
+        running=tally(jobs.filter(state=JobState.RUNNING), CELL_CAP),
+        retrying=tally(jobs.filter(state=JobState.RETRYING), CELL_CAP),
+        dead_letter=tally(jobs.filter(state=JobState.DEAD_LETTER), CELL_CAP),
+        oldest_due_age=(now - oldest) if oldest else None,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerCounts:
+    online: int
+    # Not stopped, but silent for longer than the lease: presumed dead.
+    lost: int
+
+
+def worker_counts() -> WorkerCounts:
+    online = WorkerNode.objects.online(lease_seconds()).count()
+    unstopped = WorkerNode.objects.filter(stopped_at__isnull=True).count()
+    return WorkerCounts(online=online, lost=unstopped - online)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Minute:
+    at: datetime
+    succeeded: int
+    failed: int
+
+
+def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
+    """Succeeded and failed attempts per minute over the last `minutes`, oldest first."""
+    end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = end - timedelta(minutes=minutes)
+    rows = (
+        Attempt.objects.filter(finished_at__gte=start, finished_at__lt=end)
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    succeeded: dict[datetime, int] = {}
+    failed: dict[datetime, int] = {}
+    for row in rows:
+        if row["outcome"] == AttemptOutcome.SUCCEEDED:
+            succeeded[row["minute"]] = succeeded.get(row["minute"], 0) + row["n"]
+        elif row["outcome"] in FAILED_OUTCOMES:
+            failed[row["minute"]] = failed.get(row["minute"], 0) + row["n"]
+    slots = [start + timedelta(minutes=i) for i in range(minutes)]
+    return [Minute(at=m, succeeded=succeeded.get(m, 0), failed=failed.get(m, 0)) for m in slots]
+
+
+# Lists.
+
+
+def text_match(text: str) -> Q:
+    """Jobs whose id starts with `text` or whose task path contains it (case-insensitive)."""
+    condition = Q(pk__in=[])
+    digits = text.replace("-", "").lower()
+    if 6 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
+        # An id prefix is a range on the primary key.
+        low, high = uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+        condition |= Q(id__gte=low, id__lte=high)
+    needle = text.lower()
+    tasks = [name for name in distinct_names("task_path") if needle in name.lower()]
+    if tasks:
+        condition |= Q(task_path__in=tasks)
+    return condition
+
+
+def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
+    jobs = Job.objects.all()
+    if state:
+        jobs = jobs.filter(state=state)
+    if queue:
+        jobs = jobs.filter(queue_name=queue)
+    if task:
+        jobs = jobs.filter(task_path=task)
+    if error:
+        jobs = jobs.filter(error_type=error)
+    if q:
+        jobs = jobs.filter(text_match(q))
+    return jobs
+
+
+LIST_COLUMNS = (
+    "id",
+    "task_path",
+    "queue_name",
+    "priority",
+    "state",
+    "attempt",
+    "max_attempts",
+    "run_after",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "error_type",
+    "error_message",
+    "dead_letter_reason",
+    "worker_id",
+    "cancel_requested_at",
+)
+
+
+def jobs_page(filters: dict, *, cursor, limit) -> Page:
+    jobs = filtered_jobs(**filters).only(*LIST_COLUMNS)
+    return keyset_page(jobs, time_field="enqueued_at", cursor=cursor, limit=limit)
+
+
+def dead_letters(filters: dict):
+    return filtered_jobs(state=JobState.DEAD_LETTER, **filters)
+
+
+def dead_letter_page(filters: dict, *, cursor, limit) -> Page:
+    jobs = dead_letters(filters).only(*LIST_COLUMNS)
+    return keyset_page(jobs, time_field="finished_at", cursor=cursor, limit=limit)
+
+
+def dead_letter_groups(filters: dict) -> list[dict]:
+    """Dead letters by task and error type: count, first and last seen, the largest first."""
+    return list(
+        dead_letters(filters)
+        .order_by()
+        .values("task_path", "error_type")
+        .annotate(count=Count("id"), first_seen=Min("finished_at"), last_seen=Max("finished_at"))
+        .order_by("-count", "task_path", "error_type")[:DEAD_LETTER_GROUPS]
+    )
+
+
+def dead_letter_ids(filters: dict, *, cap: int) -> list[uuid.UUID]:
+    """The ids of at most `cap` dead letters matching `filters`, the most recent first."""
+    return list(
+        dead_letters(filters).order_by("-finished_at", "-id").values_list("id", flat=True)[:cap]
+    )
+
+
+# One job.
+
+
+def job_attempts(job: Job) -> list[Attempt]:
+    return list(job.attempts.order_by("number"))
+
+
+def job_audit(job: Job, limit: int = 100) -> list[AuditEntry]:
+    return list(job.audit_entries.order_by("-at", "-id")[:limit])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Lineage:
+    # The runs this one reruns, the nearest first.
+    rerun_of: list
+    reruns: list
+    parent: Job | None
+    continuations: list
+
+    def __bool__(self):
+        return bool(self.rerun_of or self.reruns or self.parent or self.continuations)
+
+
+LINEAGE_COLUMNS = ("id", "task_path", "state", "enqueued_at", "finished_at", "rerun_of_id")
+
+
+def job_lineage(job: Job) -> Lineage:
+    ancestors = []
+    ancestor_id = job.rerun_of_id
+    while ancestor_id and len(ancestors) < LINEAGE_DEPTH:
+        ancestor = Job.objects.only(*LINEAGE_COLUMNS).filter(id=ancestor_id).first()
+        if ancestor is None:
+            break
+        ancestors.append(ancestor)
+        ancestor_id = ancestor.rerun_of_id
+    related = Job.objects.only(*LINEAGE_COLUMNS).order_by("-enqueued_at", "-id")
+    return Lineage(
+        rerun_of=ancestors,
+        reruns=list(related.filter(rerun_of=job)[:LINEAGE_DEPTH]),
+        parent=related.filter(id=job.parent_id).first() if job.parent_id else None,
+        continuations=list(related.filter(parent=job)[:LINEAGE_DEPTH]),
+    )
+
+
+# Workers.
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerRow:
+    node: WorkerNode
+    # "online", "lost" (no heartbeat within the lease) or "stopped".
+    status: str
+    heartbeat_age: timedelta
+    running: list
+
+
+def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> list[WorkerRow]:
+    lease = timedelta(seconds=lease_seconds())
+    nodes = list(
+        WorkerNode.objects.filter(
+            Q(stopped_at__isnull=True) | Q(stopped_at__gte=now - recent)
+        ).order_by("stopped_at", "-last_heartbeat_at")[:200]
+    )
+    running: dict[str, list] = {}
+    jobs = Job.objects.running().filter(worker_id__in=[n.id for n in nodes])
+    for job in jobs.only("id", "task_path", "queue_name", "worker_id", "started_at", "attempt"):
+        running.setdefault(job.worker_id, []).append(job)
+    return [
+        WorkerRow(
+            node=node,
+            status=_worker_status(node, now, lease),
+            heartbeat_age=now - node.last_heartbeat_at,
+            running=running.get(node.id, []),
+        )
+        for node in nodes
+    ]
+
+
+def _worker_status(node: WorkerNode, now: datetime, lease: timedelta) -> str:
+    if node.stopped_at:
+        return "stopped"
+    return "online" if now - node.last_heartbeat_at <= lease else "lost"

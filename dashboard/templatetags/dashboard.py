@@ -1,0 +1,125 @@
+"""Presentation helpers for the console templates. Everything they output is escaped."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+
+from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+
+from ..buttons import job_buttons
+
+register = template.Library()
+
+STATE_LABELS = dict(JobState.choices)
+OUTCOME_LABELS = dict(AttemptOutcome.choices)
+REASON_LABELS = dict(DeadLetterReason.choices)
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 1:
+        return "<1 s"
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        hours, rest = divmod(int(seconds), 3600)
+        return f"{hours} h {rest // 60} min" if hours < 10 and rest >= 60 else f"{hours} h"
+    days = int(seconds // 86400)
+    return f"{days} d"
+
+
+@register.simple_tag
+def when(moment: datetime | None, empty: str = "—"):
+    """A relative time ("3 min ago", "in 15 s"), the absolute UTC time on hover."""
+    if moment is None:
+        return empty
+    delta = (moment - timezone.now()).total_seconds()
+    relative = (
+        "just now"
+        if abs(delta) < 1
+        else (f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago")
+    )
+    absolute = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', moment.isoformat(), absolute, relative
+    )
+
+
+@register.filter
+def age(delta: timedelta | None):
+    """A duration given as a timedelta, in the largest sensible units."""
+    if delta is None:
+        return "—"
+    return _span(delta.total_seconds())
+
+
+@register.filter
+def duration(delta: timedelta | None):
+    """An attempt's run time, precise for short runs."""
+    if delta is None:
+        return "—"
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return _span(seconds)
+
+
+@register.simple_tag
+def state_badge(state: str):
+    return format_html(
+        '<span class="badge badge-{}">{}</span>', state, STATE_LABELS.get(state, state)
+    )
+
+
+@register.simple_tag
+def outcome_badge(outcome: str):
+    label = OUTCOME_LABELS.get(outcome, outcome)
+    return format_html('<span class="badge badge-outcome-{}">{}</span>', outcome, label)
+
+
+@register.filter
+def reason_label(reason: str):
+    return REASON_LABELS.get(reason, reason)
+
+
+@register.filter
+def short_id(value) -> str:
+    return str(value)[:8]
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """JSON for reading: on one line when short, indented otherwise. The template escapes it."""
+    compact = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    if len(compact) <= 72:
+        return compact
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def module_of(task_path: str) -> str:
+    return task_path.rpartition(".")[0]
+
+
+@register.filter
+def name_of(task_path: str) -> str:
+    return task_path.rpartition(".")[2]
+
+
+@register.simple_tag
+def action_token() -> str:
+    """A fresh token for a Rerun form, so submitting that same form twice reruns once."""
+    return uuid.uuid4().hex
+
+
+@register.simple_tag
+def buttons_for(job, user):
+    return job_buttons(job, user)
