@@ -7,7 +7,7 @@ from pathlib import Path
 from django.tasks import task
 
 from jobs.errors import Unrecoverable
-from jobs.retry import Fixed, NoRetry
+from jobs.retry import Exponential, Fixed, NoRetry
 
 NO_WAIT = Fixed(0)
 
@@ -78,3 +78,86 @@ def returns_object():
 @task(backoff=NO_WAIT)
 def echo(*args, **kwargs):
     return {"args": list(args), "kwargs": kwargs}
+
+
+# --- reliability tests (tests/test_reliability*.py) -------------------------------------------
+# Lines here carry a fourth field, the process group of the worker that ran the task (each test
+# worker runs in its own session), so a run can be traced back to a worker that was killed.
+
+
+def _event(name):
+    path = os.environ.get("JOBSITE_TEST_LEDGER")
+    if path:
+        with Path(path).open("a") as f:
+            f.write(f"{name} {os.getpid()} {time.time()!r} {os.getpgid(0)}\n")
+
+
+@task(backoff=NO_WAIT)
+def ledger_span(key, seconds):
+    """Writes start:KEY, sleeps, writes end:KEY: overlapping runs of one job show up."""
+    _event(f"start:{key}")
+    time.sleep(seconds)
+    _event(f"end:{key}")
+    return key
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def slow_first_attempt(context, key, seconds):
+    """Sleeps `seconds` on its first attempt only, so a handed-back job finishes quickly."""
+    _event(f"start:{key}")
+    if context.attempt == 1:
+        time.sleep(seconds)
+    _event(f"end:{key}")
+    return context.attempt
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def cooperative(context, key):
+    """Runs until an operator cancels it, then returns by itself."""
+    _event(f"start:{key}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if context.cancel_requested():
+            _event(f"noticed:{key}")
+            return "stopped"
+        time.sleep(0.05)
+    _event(f"end:{key}")
+    return "ran out"
+
+
+@task(backoff=NO_WAIT)
+def ignores_cancel(key):
+    """Never looks at its context; an operator's cancel must stop it from outside."""
+    _event(f"start:{key}")
+    time.sleep(120)
+    _event(f"end:{key}")
+
+
+@task(backoff=NO_WAIT, max_attempts=3, takes_context=True)
+def dies_first_attempt(context, key):
+    """Kills its own process (the executor) on attempt 1, as an OOM kill or a segfault would."""
+    _event(f"start:{key}")
+    if context.attempt == 1:
+        os.kill(os.getpid(), 9)
+    _event(f"end:{key}")
+    return context.attempt
+
+
+@task(backoff=NO_WAIT)
+def writes_db(key):
+    """A task that writes to the database itself (SQLite: contends for the write lock)."""
+    from django.db import transaction
+
+    from jobs.models import CounterDelta
+
+    with transaction.atomic():
+        CounterDelta.objects.create(name="test_writes", value=1)
+    _event(f"end:{key}")
+    return key
+
+
+@task(backoff=Exponential(base=1), max_attempts=100)
+def fails_with_unbounded_backoff(key):
+    """Exponential without a max (the contract's default): the delay doubles without limit."""
+    _event(f"end:{key}")
+    raise ConnectionError(key)
