@@ -2,7 +2,7 @@
 worker, without waiting out the backoff. For users' own test suites (OPTIONS["EAGER"])."""
 
 from . import store
-from .executor import decide, run_attempt
+from .executor import announce, decide, run_attempt
 
 EAGER_WORKER_ID = "eager"
 
@@ -16,6 +16,7 @@ def run_inline(job_id, *, backend) -> None:
             return
         ran = run_attempt(claimed, worker_id=EAGER_WORKER_ID)
         finished = decide(claimed, ran, worker_id=EAGER_WORKER_ID)
-        store.finish([finished])
+        for applied in store.finish([finished]):
+            announce(applied, claimed)
         if finished.state != "retrying":
             return

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.signals import task_finished, task_started
 
-from . import payload, retry
+from . import payload, retry, signals
 from .backend import JobContext, load_task
 from .errors import PoisonJob, Unrecoverable
 from .states import AttemptOutcome, DeadLetterReason, JobState
@@ -273,3 +273,27 @@ def failure_from_outside(
         started_at=started_at,
         finished_at=_now(),
     )
+
+
+def announce(finish: Finish, claimed: Claimed | None) -> None:
+    """Send job_retry_scheduled / job_dead_lettered for an outcome that took effect."""
+    path = claimed.task_path if claimed else ""
+    attempt = claimed.attempt if claimed else None
+    if finish.state == JobState.RETRYING:
+        signals.job_retry_scheduled.send(
+            sender=Finish,
+            job_id=finish.job_id,
+            task_path=path,
+            attempt=attempt,
+            delay=finish.delay,
+            error_type=finish.error_type,
+        )
+    elif finish.state == JobState.DEAD_LETTER:
+        signals.job_dead_lettered.send(
+            sender=Finish,
+            job_id=finish.job_id,
+            task_path=path,
+            attempt=attempt,
+            reason=finish.reason,
+            error_type=finish.error_type,
+        )

@@ -570,6 +570,22 @@ class Expired:
     worker_id: str
     started_at: datetime | None
 
+    def as_claimed(self) -> Claimed:
+        """The claim the lost worker held, for the retry decision and its fencing."""
+        return Claimed(
+            id=self.id,
+            lease_id=self.lease_id,
+            task_path=self.task_path,
+            args_json="",
+            kwargs_json="",
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            timeout=None,
+            queue_name="",
+            priority=0,
+            backend=self.backend,
+        )
+
 
 def expired_leases(limit: int = 200) -> list[Expired]:
     """Running jobs whose lease ran out (their worker died, stalled or was cut off)."""

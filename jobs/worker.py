@@ -19,7 +19,7 @@ from django.tasks import task_backends
 from django.utils import timezone
 
 from . import executor as ex
-from . import signals, store
+from . import store
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
 from .pool import Dispatcher, Executor, _context
@@ -430,7 +430,9 @@ class Worker:
                 continue
             if f.outcome is not None:
                 self.processed_total += 1
-            self._log_finish(f, held.claimed if held else None)
+            claimed = held.claimed if held else None
+            self._log_finish(f, claimed)
+            ex.announce(f, claimed)
 
     def _log_finish(self, f, claimed):
         path = claimed.task_path if claimed else "?"
@@ -447,14 +449,6 @@ class Worker:
                 error,
                 f.delay,
             )
-            signals.job_retry_scheduled.send(
-                sender=Worker,
-                job_id=f.job_id,
-                task_path=path,
-                attempt=claimed.attempt if claimed else None,
-                delay=f.delay,
-                error_type=f.error_type,
-            )
         elif f.state == JobState.DEAD_LETTER:
             logger.error(
                 "job %s (%s) dead-lettered (%s) after attempt %s: %s",
@@ -463,14 +457,6 @@ class Worker:
                 f.reason,
                 attempt,
                 error,
-            )
-            signals.job_dead_lettered.send(
-                sender=Worker,
-                job_id=f.job_id,
-                task_path=path,
-                attempt=claimed.attempt if claimed else None,
-                reason=f.reason,
-                error_type=f.error_type,
             )
         elif f.state == JobState.CANCELLED:
             logger.warning("job %s (%s) cancelled while running", f.job_id, path)
@@ -682,32 +668,21 @@ def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
     expired = store.expired_leases(limit)
     if not expired:
         return 0
+    claims = {e.id: e.as_claimed() for e in expired}
     finishes = []
     for e in expired:
-        claimed = store.Claimed(
-            id=e.id,
-            lease_id=e.lease_id,
-            task_path=e.task_path,
-            args_json="",
-            kwargs_json="",
-            attempt=e.attempt,
-            max_attempts=e.max_attempts,
-            timeout=None,
-            queue_name="",
-            priority=0,
-            backend=e.backend,
-        )
         ran = ex.failure_from_outside(
-            claimed,
+            claims[e.id],
             WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
             kind=AttemptOutcome.LOST,
             started_at=e.started_at,
         )
-        finish = ex.decide(claimed, ran, worker_id=e.worker_id)
+        finish = ex.decide(claims[e.id], ran, worker_id=e.worker_id)
         finish.only_if_expired = True
         finishes.append(finish)
     applied = store.finish(finishes)
     for f in applied:
+        ex.announce(f, claims[f.job_id])
         logger.warning(
             "recovered job %s from worker %s (lease expired): %s",
             f.job_id,

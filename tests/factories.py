@@ -21,16 +21,31 @@ def make_job(state=JobState.PENDING, **fields):
         values.setdefault("finished_at", now)
         values["attempt"] = fields.get("attempt", 1)
     if state == JobState.RUNNING:
-        values.update(attempt=1, lease_id=uuid.uuid4(), started_at=now, worker_id="w-test",
-                      lease_expires_at=now + timezone.timedelta(seconds=60))
+        values.update(
+            attempt=1,
+            lease_id=uuid.uuid4(),
+            started_at=now,
+            worker_id="w-test",
+            lease_expires_at=now + timezone.timedelta(seconds=60),
+        )
     if state == JobState.DEAD_LETTER:
-        values.update(attempt=3, dead_letter_reason="exhausted", error_type="ValueError",
-                      error_message="it broke")
+        values.update(
+            attempt=3,
+            dead_letter_reason="exhausted",
+            error_type="ValueError",
+            error_message="it broke",
+        )
     values.update(fields)
     return Job.objects.create(**values)
 
 
 def add_attempts(job, outcomes):
     for number, outcome in enumerate(outcomes, start=1):
-        Attempt.objects.create(job=job, number=number, outcome=outcome, worker_id="w-test",
-                               started_at=timezone.now(), finished_at=timezone.now())
+        Attempt.objects.create(
+            job=job,
+            number=number,
+            outcome=outcome,
+            worker_id="w-test",
+            started_at=timezone.now(),
+            finished_at=timezone.now(),
+        )

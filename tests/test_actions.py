@@ -12,8 +12,13 @@ from tests.factories import add_attempts, make_job
 
 pytestmark = pytest.mark.django_db
 
-NOT_RETRYABLE = [JobState.PENDING, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYING,
-                 JobState.SUCCEEDED]
+NOT_RETRYABLE = [
+    JobState.PENDING,
+    JobState.SCHEDULED,
+    JobState.RUNNING,
+    JobState.RETRYING,
+    JobState.SUCCEEDED,
+]
 
 
 def test_retry_puts_a_dead_letter_back_in_line_on_the_same_row():
@@ -24,7 +29,11 @@ def test_retry_puts_a_dead_letter_back_in_line_on_the_same_row():
     assert job.state == JobState.PENDING
     assert (job.error_type, job.error_message, job.error_traceback) == ("", "", "")
     assert (job.worker_id, job.finished_at, job.started_at, job.dead_letter_reason) == (
-        "", None, None, "")
+        "",
+        None,
+        None,
+        "",
+    )
     assert job.max_attempts == job.attempt + 1 == 4
     assert Job.objects.count() == 1
 
@@ -72,7 +81,11 @@ def test_rerun_makes_a_new_linked_run_and_leaves_the_original_alone(state):
     new = actions.rerun(original.id)
     assert new.rerun_of_id == original.id
     assert (new.task_path, new.args, new.queue_name, new.priority) == (
-        original.task_path, [7, 8], "emails", 5)
+        original.task_path,
+        [7, 8],
+        "emails",
+        5,
+    )
     assert (new.state, new.attempt) == (JobState.PENDING, 0)
     assert Job.objects.values().get(id=original.id) == before
 
@@ -112,7 +125,10 @@ def test_cancelling_a_parent_cancels_its_waiting_continuations():
     grandchild = make_job(JobState.SCHEDULED, parent=child)
     actions.cancel(parent.id)
     assert set(Job.objects.filter(state=JobState.CANCELLED).values_list("id", flat=True)) == {
-        parent.id, child.id, grandchild.id}
+        parent.id,
+        child.id,
+        grandchild.id,
+    }
 
 
 def test_actions_on_unknown_or_malformed_ids_change_nothing():
@@ -129,7 +145,9 @@ def test_each_action_writes_an_audit_entry_naming_the_user():
     actions.retry_job(job.id, user=user, source="dashboard")
     entries = list(AuditEntry.objects.filter(job=job).order_by("at", "id"))
     assert [(e.username, e.action, e.source) for e in entries] == [
-        ("operator", "retry", "dashboard"), ("operator", "retry", "dashboard")]
+        ("operator", "retry", "dashboard"),
+        ("operator", "retry", "dashboard"),
+    ]
     assert [e.outcome for e in entries] == ["job put back in line", "job already pending"]
 
 

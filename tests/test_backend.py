@@ -48,8 +48,15 @@ def test_max_attempts_per_call_beats_per_task_beats_the_option():
     assert Job.objects.get(id=tasks.add.enqueue(1, 1).id).max_attempts == 3
 
 
-@override_settings(TASKS={"default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [],
-                                      "OPTIONS": {"MAX_ATTEMPTS": 7}}})
+@override_settings(
+    TASKS={
+        "default": {
+            "BACKEND": "jobs.backend.JobsBackend",
+            "QUEUES": [],
+            "OPTIONS": {"MAX_ATTEMPTS": 7},
+        }
+    }
+)
 def test_max_attempts_falls_back_to_the_option():
     backend = task_backends["default"]
     assert backend.max_attempts_for(tasks.add) == 7
@@ -70,8 +77,9 @@ def test_using_keeps_every_option_it_was_not_given():
 def test_priority_queue_run_after_and_not_after_are_stored():
     later = timezone.now() + timedelta(hours=1)
     latest = later + timedelta(hours=1)
-    result = tasks.add.using(priority=10, queue_name="emails", run_after=later,
-                             not_after=latest).enqueue(1, 1)
+    result = tasks.add.using(
+        priority=10, queue_name="emails", run_after=later, not_after=latest
+    ).enqueue(1, 1)
     job = Job.objects.get(id=result.id)
     assert (job.priority, job.queue_name) == (10, "emails")
     assert abs(job.run_after - later) < timedelta(milliseconds=1)
@@ -80,10 +88,30 @@ def test_priority_queue_run_after_and_not_after_are_stored():
 
 @pytest.mark.parametrize(
     "bad",
-    [object(), {1, 2}, b"\xff\xfe", float("nan"), math.inf, -math.inf, "a\x00b",
-     {"nested": [1, {"deep": float("nan")}]}, {1: "int key"}, timezone.now()],
-    ids=["object", "set", "bytes", "nan", "inf", "-inf", "nul", "nested-nan", "int-key",
-         "datetime"],
+    [
+        object(),
+        {1, 2},
+        b"\xff\xfe",
+        float("nan"),
+        math.inf,
+        -math.inf,
+        "a\x00b",
+        {"nested": [1, {"deep": float("nan")}]},
+        {1: "int key"},
+        timezone.now(),
+    ],
+    ids=[
+        "object",
+        "set",
+        "bytes",
+        "nan",
+        "inf",
+        "-inf",
+        "nul",
+        "nested-nan",
+        "int-key",
+        "datetime",
+    ],
 )
 def test_non_json_arguments_are_refused_and_nothing_is_stored(bad):
     with pytest.raises((TypeError, ValueError)):
@@ -193,8 +221,9 @@ def test_get_result_maps_states_to_django_statuses():
 def test_get_result_lists_every_failed_attempt_as_an_error():
     job = make_job(JobState.SUCCEEDED, attempt=3, return_value=3)
     add_attempts(job, ["failed", "failed", "succeeded"])
-    job.attempts.filter(outcome="failed").update(error_type="builtins.ValueError",
-                                                 error_traceback="Traceback ...")
+    job.attempts.filter(outcome="failed").update(
+        error_type="builtins.ValueError", error_traceback="Traceback ..."
+    )
     result = tasks.add.get_result(job.id)
     assert len(result.errors) == 2
     assert result.return_value == 3
@@ -234,8 +263,9 @@ def test_enqueue_many_refuses_non_json_and_stores_nothing():
     assert not Job.objects.exists()
 
 
-EAGER = {"default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [],
-                     "OPTIONS": {"EAGER": True}}}
+EAGER = {
+    "default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [], "OPTIONS": {"EAGER": True}}
+}
 
 
 @override_settings(TASKS=EAGER)
@@ -260,3 +290,56 @@ def test_eager_mode_dead_letters_after_max_attempts():
     assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "exhausted", 3)
     assert result.status == TaskResultStatus.FAILED
     assert len(result.errors) == 3
+
+
+@override_settings(TASKS=EAGER)
+def test_retry_and_dead_letter_signals_carry_attempt_delay_and_reason():
+    from jobs.signals import job_dead_lettered, job_retry_scheduled
+
+    events = []
+
+    def on_retry(sender, **kw):
+        events.append(("retry", kw["attempt"], kw["delay"], kw["error_type"]))
+
+    def on_dead(sender, **kw):
+        events.append(("dead", kw["attempt"], kw["reason"], kw["error_type"]))
+
+    job_retry_scheduled.connect(on_retry)
+    job_dead_lettered.connect(on_dead)
+    try:
+        tasks.always_fails.enqueue("signals")
+    finally:
+        job_retry_scheduled.disconnect(on_retry)
+        job_dead_lettered.disconnect(on_dead)
+    assert events == [
+        ("retry", 1, 0.0, "ValueError"),
+        ("retry", 2, 0.0, "ValueError"),
+        ("dead", 3, "exhausted", "ValueError"),
+    ]
+
+
+@override_settings(TASKS=EAGER)
+def test_task_started_and_finished_signals_are_sent_for_each_attempt():
+    from django.tasks.signals import task_finished, task_started
+
+    seen = []
+
+    def started(sender, task_result, **kw):
+        seen.append(("started", task_result.status))
+
+    def finished(sender, task_result, **kw):
+        seen.append(("finished", task_result.status))
+
+    task_started.connect(started)
+    task_finished.connect(finished)
+    try:
+        tasks.flaky.enqueue("signals")
+    finally:
+        task_started.disconnect(started)
+        task_finished.disconnect(finished)
+    assert seen == [
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.FAILED),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.SUCCESSFUL),
+    ]

@@ -102,9 +102,12 @@ def test_a_custom_callable_answering_nonsense_stops_retrying(answer):
 
 
 def test_backoff_setting_builds_the_named_strategy():
-    assert policy_from_setting(
-        {"strategy": "exponential", "base": 15, "multiplier": 2, "max": 3600, "jitter": 3}
-    ) == DEFAULT
+    assert (
+        policy_from_setting(
+            {"strategy": "exponential", "base": 15, "multiplier": 2, "max": 3600, "jitter": 3}
+        )
+        == DEFAULT
+    )
     assert policy_from_setting({"strategy": "fixed", "delay": 5}) == Fixed(5)
     assert policy_from_setting(None) == DEFAULT
 
@@ -116,8 +119,18 @@ def test_backoff_setting_with_an_unknown_strategy_says_which_exist():
 
 @pytest.mark.parametrize(
     ("value", "stored"),
-    [(1, 1), (100, 100), (5, 5), (0, 3), (101, 3), (-4, 3), ("5", 3), (2.0, 3), (None, 3),
-     (True, 3)],
+    [
+        (1, 1),
+        (100, 100),
+        (5, 5),
+        (0, 3),
+        (101, 3),
+        (-4, 3),
+        ("5", 3),
+        (2.0, 3),
+        (None, 3),
+        (True, 3),
+    ],
 )
 def test_max_attempts_is_clamped_to_1_to_100_or_replaced_by_3(value, stored):
     assert clamp_max_attempts(value) == stored

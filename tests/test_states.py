@@ -13,9 +13,7 @@ from jobs.states import (
 )
 
 ALLOWED = {(s, t) for s, targets in TRANSITIONS.items() for t in targets}
-FORBIDDEN = [
-    (s, t) for s, t in itertools.product(JobState, JobState) if (s, t) not in ALLOWED
-]
+FORBIDDEN = [(s, t) for s, t in itertools.product(JobState, JobState) if (s, t) not in ALLOWED]
 
 
 @pytest.mark.parametrize(("source", "target"), FORBIDDEN)

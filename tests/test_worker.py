@@ -51,7 +51,9 @@ def test_an_always_failing_job_dead_letters_after_max_attempts_keeping_every_err
     assert job.error_message == "doomed failed on attempt 3"
     assert "Traceback" in job.error_traceback and "always_fails" in job.error_traceback
     attempts = list(job.attempts.all())
-    assert [a.error_message for a in attempts] == [f"doomed failed on attempt {n}" for n in (1, 2, 3)]
+    assert [a.error_message for a in attempts] == [
+        f"doomed failed on attempt {n}" for n in (1, 2, 3)
+    ]
     assert all("Traceback" in a.error_traceback for a in attempts)
     assert "dead-lettered (exhausted)" in proc.stderr
 
@@ -189,20 +191,30 @@ def test_a_job_running_past_its_timeout_is_stopped_and_counted_as_failed(run_wor
     job = Job.objects.get(id=stuck.id)
     assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "exhausted", 2)
     assert list(job.attempts.values_list("error_type", flat=True)) == [
-        "jobs.errors.JobTimeout", "jobs.errors.JobTimeout"]
+        "jobs.errors.JobTimeout",
+        "jobs.errors.JobTimeout",
+    ]
     assert Job.objects.get(id=fine.id).state == JobState.SUCCEEDED
 
 
 def test_an_expired_lease_is_recovered_through_the_retry_flow(run_worker):
     past = timezone.now() - timedelta(minutes=5)
-    lost = make_job(JobState.RUNNING, task_path="tests.tasks.add", args=[1, 1],
-                    lease_expires_at=past, worker_id="vanished-worker")
+    lost = make_job(
+        JobState.RUNNING,
+        task_path="tests.tasks.add",
+        args=[1, 1],
+        lease_expires_at=past,
+        worker_id="vanished-worker",
+    )
     burst(run_worker)
     lost.refresh_from_db()
     assert (lost.state, lost.attempt) == (JobState.SUCCEEDED, 2)
     first = lost.attempts.get(number=1)
     assert (first.outcome, first.error_type, first.worker_id) == (
-        "lost", "jobs.errors.WorkerLost", "vanished-worker")
+        "lost",
+        "jobs.errors.WorkerLost",
+        "vanished-worker",
+    )
     assert CounterDelta.objects.totals()["jobs_recovered"] == 1
 
 
