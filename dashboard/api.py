@@ -25,6 +25,7 @@ from .serializers import (
     job_json,
 )
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 CURSOR_SALT = "jobsite.api.jobs-cursor"
 LIST_PARAMETERS = ("state", "queue", "task", "limit", "cursor")
 STATES = frozenset(state.value for state in JobState)
@@ -114,13 +115,15 @@ def single_values(params, allowed) -> dict[str, str]:
 
 
 def parse_limit(text: str | None) -> int:
+    """A 32-bit integer, clamped to 1-MAX_LIMIT; anything else is not a page size."""
     if text is None:
         return DEFAULT_LIMIT
     digits = text.removeprefix("-").removeprefix("+")
-    # Ten digits hold any 32-bit integer; anything longer is not a page size.
-    if not (digits.isascii() and digits.isdigit() and len(digits) <= 10):
-        raise BadRequest(f"limit must be an integer (it is clamped to 1-{MAX_LIMIT})")
-    return min(max(int(text), 1), MAX_LIMIT)
+    if digits.isascii() and digits.isdigit() and len(digits) <= 10:
+        limit = int(text)
+        if INT32_MIN <= limit <= INT32_MAX:
+            return min(max(limit, 1), MAX_LIMIT)
+    raise BadRequest(f"limit must be a 32-bit integer; it is clamped to 1-{MAX_LIMIT}")
 
 
 def find_job(job_id: str) -> Job | None:

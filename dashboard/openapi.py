@@ -160,9 +160,6 @@ ERRORS = {
     ),
 }
 NOT_FOUND = {"404": _json("No job has this id.", "Error")}
-NOT_ALLOWED = {
-    "405": _json("Wrong method.", "Error", headers={"Allow": {"schema": {"type": "string"}}})
-}
 JOB_ID = {
     "name": "job_id",
     "in": "path",
@@ -192,7 +189,12 @@ LIST_PARAMETERS = [
         {"type": "integer", "format": "int32", "default": DEFAULT_LIMIT},
         f"Page size, clamped to 1-{MAX_LIMIT}.",
     ),
-    _list_parameter("cursor", {"type": "string"}, "The next_cursor of the previous page."),
+    _list_parameter(
+        "cursor",
+        # Opaque and signed: only a next_cursor the API returned is valid (anything else is a 400).
+        {"type": "string", "format": "jobsite-cursor"},
+        "The next_cursor of the previous page.",
+    ),
 ]
 
 
@@ -208,11 +210,6 @@ def _action(summary, description, ok_status, ok_description):
                 **ERRORS,
                 **NOT_FOUND,
             },
-        },
-        "get": {
-            "summary": "Not allowed: actions are POST.",
-            "parameters": [JOB_ID],
-            "responses": {**NOT_ALLOWED, **ERRORS},
         },
     }
 

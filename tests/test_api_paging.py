@@ -99,7 +99,9 @@ def test_jobs_enqueued_while_paging_do_not_shift_the_pages(client, headers):
     assert [j["id"] for j in second.json()["results"]] == newest_first(jobs)[10:20]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     offsets=st.lists(st.integers(min_value=0, max_value=5), max_size=40),
     limit=st.integers(min_value=1, max_value=7),

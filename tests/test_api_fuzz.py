@@ -1,0 +1,148 @@
+"""Fuzzing every endpoint of the OpenAPI description: no input makes the API fail.
+
+Schemathesis generates requests from dashboard/openapi.py (valid and invalid ones) and checks
+each answer against the document: no 5xx, documented status codes, content types and bodies.
+Hypothesis adds raw query strings, paths and headers the document says nothing about.
+"""
+
+import uuid
+from datetime import UTC, datetime
+from urllib.parse import quote
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dashboard.api import Position
+from dashboard.openapi import document
+from jobs.states import JobState
+from tests.test_api_support import bearer, make_job, make_user, token_for
+
+# Jobs with fixed ids the generated requests can hit, one per state that an action cares about.
+KNOWN_IDS = {
+    state: uuid.UUID(int=i + 1)
+    for i, state in enumerate([JobState.PENDING, JobState.DEAD_LETTER, JobState.SUCCEEDED])
+}
+
+
+def fuzzed_document():
+    """The served document, with the known ids as examples so requests reach real jobs."""
+    doc = document()
+    for item in doc["paths"].values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] == "job_id":
+                    parameter["examples"] = {
+                        state: {"value": str(job_id)} for state, job_id in KNOWN_IDS.items()
+                    }
+    return doc
+
+
+# Valid cursors are the signed positions the API hands out, at any moment and id.
+schemathesis.openapi.format(
+    "jobsite-cursor",
+    st.builds(
+        Position,
+        enqueued_at=st.datetimes(
+            min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+        ),
+        id=st.uuids(),
+    ).map(Position.encode),
+)
+schema = schemathesis.openapi.from_dict(fuzzed_document())
+schema.app = get_wsgi_application()
+
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture
+def wsgi_in_test_transaction():
+    """Keep the real WSGI handler from closing the connection that holds the test's data."""
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
+
+
+@pytest.fixture
+def operator(db):
+    for state, job_id in KNOWN_IDS.items():
+        make_job(state, id=job_id, kwargs={"key": "value"})
+    return bearer(token_for(make_user("operator", operate=True)))
+
+
+def test_the_served_document_is_the_one_fuzzed(client, operator):
+    response = client.get("/api/v1/openapi.json", headers=operator)
+
+    assert response.json() == document()
+    assert response.json()["openapi"].startswith("3.")
+
+
+@pytest.mark.django_db
+@schema.parametrize()
+@FUZZ
+def test_every_operation_answers_as_documented_and_never_fails(
+    case, operator, wsgi_in_test_transaction
+):
+    case.call_and_validate(headers=operator)
+
+
+# --- beyond the document: raw strings anywhere -------------------------------------------------
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+PATHS = ["/api/v1/jobs", "/api/v1/metrics/summary", "/metrics", "/api/v1/openapi.json"]
+
+
+@given(
+    path=st.sampled_from(PATHS),
+    pairs=st.lists(
+        st.tuples(st.sampled_from(["state", "queue", "task", "limit", "cursor"]) | TEXT, TEXT),
+        max_size=4,
+    ),
+)
+@FUZZ
+def test_any_query_string_gets_an_answer_not_a_crash(client, operator, path, pairs):
+    query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in pairs)
+
+    response = client.get(f"{path}?{query}", headers=operator)
+
+    assert response.status_code in (200, 400)
+    if path != "/metrics" or response.status_code == 400:
+        assert response.headers["Content-Type"] == "application/json"
+    if response.status_code == 400:
+        assert response.json()["error"]
+
+
+@given(
+    job_id=TEXT.filter(lambda s: "/" not in s),
+    action=st.sampled_from(["", "/retry", "/rerun", "/cancel"]),
+)
+@FUZZ
+def test_any_job_id_gets_a_json_404_not_a_crash(client, operator, job_id, action):
+    method = client.post if action else client.get
+
+    response = method(f"/api/v1/jobs/{quote(job_id, safe='')}{action}", headers=operator)
+
+    assert response.status_code == 404
+    assert response.headers["Content-Type"] == "application/json"
+
+
+@given(
+    authorization=st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=80)
+)
+@FUZZ
+def test_any_authorization_header_is_a_401_not_a_crash(client, operator, authorization):
+    response = client.get("/api/v1/jobs", headers={"Authorization": authorization})
+
+    assert response.status_code == 401
+    assert response.json()["error"]
