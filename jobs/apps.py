@@ -5,3 +5,7 @@ class JobsConfig(AppConfig):
     name = "jobs"
     verbose_name = "Jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Registers the SQLite clock functions on every connection, from the first one on.
+        from . import store  # noqa: F401

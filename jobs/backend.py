@@ -196,10 +196,12 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         row = self._row(task, args, kwargs)
         after = getattr(task, "after", None)
-        with transaction.atomic():
-            if after is not None:
+        if after is None:
+            self._insert(row)  # one statement: atomic by itself
+        else:
+            with transaction.atomic():
                 row["parent_id"], row["state"] = self._continuation_state(after)
-            self._insert(row)
+                self._insert(row)
         result = self._result_from_row(task, row)
         task_enqueued.send(type(self), task_result=result)
         if self.eager:

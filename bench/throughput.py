@@ -1,0 +1,176 @@
+"""Throughput of the engine on its own: enqueue/s, drain/s and wake-up latency.
+
+    .venv/bin/python bench/throughput.py                 # SQLite and PostgreSQL, 10,000 jobs
+    .venv/bin/python bench/throughput.py --db postgres --jobs 20000 --concurrency 2
+
+Each database gets a fresh scratch database (PostgreSQL: jobsite_bench on 127.0.0.1, SQLite: a
+temporary file). Every run checks that each job ran exactly once and none is left running.
+Not part of the test suite: numbers go to bench/README.md.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def log(text):
+    print(text, flush=True)
+
+
+def scratch_database(kind):
+    if kind == "sqlite":
+        path = Path(tempfile.mkdtemp(prefix="jobsite-bench-")) / "bench.sqlite3"
+        return f"sqlite:///{path}"
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS jobsite_bench WITH (FORCE)")
+        conn.execute("CREATE DATABASE jobsite_bench")
+    return "postgres://postgres@127.0.0.1:5432/jobsite_bench"
+
+
+def setup_django(url):
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def reset():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in ("jobs_attempt", "jobs_auditentry", "jobs_job", "jobs_counterdelta",
+                      "jobs_workernode"):
+            cursor.execute(f"DELETE FROM {table}")
+
+
+def worker_env(url):
+    return {**os.environ, "DATABASE_URL": url, "JOBSITE_LOG_LEVEL": "WARNING"}
+
+
+def drain(url, n, concurrency, workers=1):
+    """Run burst workers over n pending jobs; returns jobs/s measured from the first claim."""
+    from jobs.models import Job
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
+            cwd=ROOT, env=worker_env(url),
+        )
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        if proc.wait(timeout=1800) != 0:
+            raise SystemExit(f"worker exited with {proc.returncode}")
+    stats = Job.objects.filter(state="succeeded").order_by()
+    first = stats.order_by("started_at").values_list("started_at", flat=True).first()
+    last = stats.order_by("-finished_at").values_list("finished_at", flat=True).first()
+    check_exactly_once(n)
+    return n / (last - first).total_seconds()
+
+
+def check_exactly_once(n):
+    from django.db.models import Count
+
+    from jobs.models import Attempt, Job
+
+    succeeded = Job.objects.filter(state="succeeded").count()
+    running = Job.objects.filter(state="running").count()
+    repeated = (
+        Attempt.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).count()
+    )
+    if succeeded != n or running or repeated:
+        raise SystemExit(
+            f"correctness check failed: {succeeded}/{n} succeeded, {running} running, "
+            f"{repeated} jobs with more than one attempt"
+        )
+
+
+def bench_enqueue(n):
+    from jobsite.tasks import noop
+
+    start = time.perf_counter()
+    for _ in range(n):
+        noop.enqueue()
+    single = n / (time.perf_counter() - start)
+    reset()
+    start = time.perf_counter()
+    noop.enqueue_many([((), {})] * n)
+    bulk = n / (time.perf_counter() - start)
+    return single, bulk
+
+
+def bench_latency(url, n):
+    """Jobs enqueued one after another into an idle worker: enqueue-to-start, in ms."""
+    from jobs.models import Job
+    from jobsite.tasks import noop
+
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--concurrency", "2"],
+        cwd=ROOT, env=worker_env(url),
+    )
+    try:
+        time.sleep(3)  # let the worker start and go idle
+        for _ in range(n):
+            result = noop.enqueue()
+            deadline = time.monotonic() + 10
+            while not Job.objects.filter(id=result.id, state="succeeded").exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit("a job was not picked up within 10 s")
+                time.sleep(0.001)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    rows = Job.objects.values_list("enqueued_at", "started_at")
+    latencies = sorted((s - e).total_seconds() * 1000 for e, s in rows)
+    p50 = statistics.median(latencies)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return p50, p99
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--latency-jobs", type=int, default=300)
+    args = parser.parse_args()
+    kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    if len(kinds) > 1:
+        # Django is set up once per process: run each database in a child of our own.
+        for kind in kinds:
+            subprocess.run([sys.executable, __file__, "--db", kind, "--jobs", str(args.jobs),
+                            "--concurrency", str(args.concurrency),
+                            "--latency-jobs", str(args.latency_jobs)], check=True)
+        return
+    kind = kinds[0]
+    url = scratch_database(kind)
+    setup_django(url)
+    log(f"== {kind}: {args.jobs} no-op jobs, concurrency {args.concurrency}")
+    single, bulk = bench_enqueue(args.jobs)
+    log(f"[1/3] enqueue: {single:,.0f}/s one at a time, {bulk:,.0f}/s with enqueue_many")
+    rate = drain(url, args.jobs, args.concurrency)
+    log(f"[2/3] drain:   {rate:,.0f} jobs/s (1 worker, concurrency {args.concurrency})")
+    reset()
+    p50, p99 = bench_latency(url, args.latency_jobs)
+    log(f"[3/3] wake-up: p50 {p50:.1f} ms, p99 {p99:.1f} ms (enqueue to start, idle worker)")
+    print(f"RESULT {kind} single={single:.0f} bulk={bulk:.0f} drain={rate:.0f} "
+          f"p50_ms={p50:.2f} p99_ms={p99:.2f}")
+
+
+if __name__ == "__main__":
+    main()
