@@ -114,6 +114,11 @@ def single_values(params, allowed) -> dict[str, str]:
     return values
 
 
+def refuse_parameters(request) -> None:
+    """For endpoints that take no query parameters: any given is a 400."""
+    single_values(request.GET, ())
+
+
 def parse_limit(text: str | None) -> int:
     """A 32-bit integer, clamped to 1-MAX_LIMIT; anything else is not a page size."""
     if text is None:
@@ -160,7 +165,7 @@ def job_list(request):
 
 @api_view("GET")
 def job_detail(request, job_id):
-    single_values(request.GET, ())
+    refuse_parameters(request)
     job = find_job(job_id)
     if job is None:
         return no_such_job()
@@ -169,25 +174,25 @@ def job_detail(request, job_id):
 
 @api_view("POST", operate=True)
 def retry(request, job_id):
-    single_values(request.GET, ())
+    refuse_parameters(request)
     return action_response(actions.retry_job(job_id, user=request.user, source="api"))
 
 
 @api_view("POST", operate=True)
 def rerun(request, job_id):
-    single_values(request.GET, ())
+    refuse_parameters(request)
     return action_response(actions.rerun_job(job_id, user=request.user, source="api"))
 
 
 @api_view("POST", operate=True)
 def cancel(request, job_id):
-    single_values(request.GET, ())
+    refuse_parameters(request)
     return action_response(actions.cancel_job(job_id, user=request.user, source="api"))
 
 
 @api_view("GET")
 def summary(request):
-    single_values(request.GET, ())
+    refuse_parameters(request)
     return JsonResponse(metrics.snapshot().as_json())
 
 
