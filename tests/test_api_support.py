@@ -6,7 +6,6 @@ from datetime import timedelta
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
-import jobs.store  # noqa: F401  (registers SQLite's jobsite_now() before any connection opens)
 from dashboard.models import ApiToken
 from jobs.models import Job
 from jobs.states import TERMINAL, JobState
