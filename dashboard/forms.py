@@ -54,13 +54,18 @@ class DeadLetterFilterForm(ListFilterForm):
 
 
 class BulkRetryForm(forms.Form):
-    """Step one names the jobs (ticked rows, or every match of the filter); step two confirms."""
+    """Step one names the jobs (ticked rows, or every match of the filter); step two confirms.
+
+    The confirmation carries its ids in one field, `id_list`: a thousand separate fields would
+    pass Django's DATA_UPLOAD_MAX_NUMBER_FIELDS.
+    """
 
     SELECTED = "selected"
     MATCHING = "matching"
 
     scope = forms.ChoiceField(choices=[(SELECTED, SELECTED), (MATCHING, MATCHING)])
     ids = forms.TypedMultipleChoiceField(required=False, coerce=str)
+    id_list = forms.CharField(required=False, max_length=BULK_CAP * 40)
     confirm = forms.BooleanField(required=False)
 
     def __init__(self, data=None, **kwargs):
@@ -68,11 +73,15 @@ class BulkRetryForm(forms.Form):
         # Any well-formed id is a valid choice; whether it is a dead letter is the action's call.
         self.fields["ids"].valid_value = lambda value: True
 
-    def clean_ids(self):
-        values = self.cleaned_data["ids"]
-        if len(values) > BULK_CAP:
-            raise ValidationError(f"At most {BULK_CAP:,} jobs per action.")
+    def clean(self):
+        cleaned = super().clean()
+        listed = [v for v in cleaned.get("id_list", "").split(",") if v.strip()]
+        values = [*cleaned.get("ids", []), *listed]
         try:
-            return list(dict.fromkeys(uuid.UUID(value) for value in values))
+            ids = list(dict.fromkeys(uuid.UUID(value.strip()) for value in values))
         except ValueError as exc:
             raise ValidationError("One of the selected ids is not a job id.") from exc
+        if len(ids) > BULK_CAP:
+            raise ValidationError(f"At most {BULK_CAP:,} jobs per action.")
+        cleaned["ids"] = ids
+        return cleaned

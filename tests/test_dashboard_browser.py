@@ -1,0 +1,228 @@
+"""The console in a real browser: Playwright driving Debian's Chromium against the live server.
+
+Screenshots of the main pages (light and dark, laptop and phone) go to a temporary folder whose
+path is printed; run with `-s` to see it.
+"""
+
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect, sync_playwright
+
+from jobs.models import Job
+from jobs.states import JobState
+from tests import tasks
+from tests.test_dashboard_views import PASSWORD, make_job, make_user
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# When the page scrolls sideways, the elements sticking out of the viewport.
+OVERFLOWING = """() => {
+  const root = document.documentElement;
+  if (root.scrollWidth <= root.clientWidth) return [];
+  return [...document.querySelectorAll("body *")]
+    .filter((e) => e.getBoundingClientRect().right > root.clientWidth + 1)
+    .map((e) => `${e.tagName}.${e.className}`);
+}"""
+LAPTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def screenshots():
+    folder = Path(tempfile.mkdtemp(prefix="jobsite-console-"))
+    print(f"\nconsole screenshots: {folder}")
+    return folder
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests make
+    # between browser steps are still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(autouse=True)
+def unhashed_static_files(settings):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return make_user(django_user_model, "olivia", operate=True)
+
+
+@pytest.fixture
+def open_console(browser, live_server, operator):
+    """A logged-in page; it fails the test on any console error (CSP violations show there)."""
+    contexts, errors = [], []
+
+    def open_(*, viewport=LAPTOP, color_scheme="light", javascript=True):
+        context = browser.new_context(
+            viewport=viewport, color_scheme=color_scheme, java_script_enabled=javascript
+        )
+        contexts.append(context)
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/login/")
+        page.get_by_label("Username").fill(operator.username)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+    assert errors == []
+
+
+def dead_letter_of_add():
+    """A real enqueued job of tests.tasks.add, then dead-lettered as if it had failed 3 times."""
+    result = tasks.add.enqueue(2, 3)
+    Job.objects.filter(id=result.id).update(
+        state=JobState.DEAD_LETTER,
+        attempt=3,
+        max_attempts=3,
+        finished_at=timezone.now(),
+        error_type="ConnectionError",
+        error_message="upstream refused the connection",
+        error_traceback="Traceback (most recent call last):\nConnectionError: refused",
+        dead_letter_reason="exhausted",
+    )
+    return Job.objects.get(id=result.id)
+
+
+def test_operator_retries_a_dead_letter_and_watches_it_leave_the_list_and_succeed(
+    open_console, start_worker, screenshots
+):
+    job = dead_letter_of_add()
+    page = open_console()
+    page.get_by_role("link", name="Dead letters").click()
+    row_link = page.locator(f'#dead-letters a[href="/jobs/{job.id}/"]')
+    expect(row_link).to_have_count(1)
+    page.screenshot(path=screenshots / "dead-letters-before-retry.png", full_page=True)
+
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("job put back in line")
+    expect(row_link).to_have_count(0)
+    assert page.url.endswith("/dead-letters/")  # htmx swapped the fragment, no navigation
+
+    start_worker("--concurrency", "1")
+    page.goto(f"{page.url.rsplit('/', 2)[0]}/jobs/{job.id}/")
+    # The job page refreshes itself until the job is finished.
+    expect(page.locator("#job .job-state .badge")).to_have_text("Succeeded", timeout=60_000)
+    expect(page.locator("#job")).not_to_have_attribute("hx-trigger", "every 2s, wake")
+    expect(page.get_by_text("Attempt 4")).to_be_visible()
+    page.screenshot(path=screenshots / "job-succeeded-after-retry.png", full_page=True)
+
+
+def test_operator_reruns_a_job_and_follows_the_link_to_the_new_run(open_console, screenshots):
+    job = dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{page.url}jobs/{job.id}/")
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("new run enqueued")
+    page.get_by_role("link", name="open the new run").click()
+    new = Job.objects.get(rerun_of=job)
+    expect(page).to_have_url(f"{page.url.split('/jobs/')[0]}/jobs/{new.id}/")
+    expect(page.locator("#job .job-state")).to_contain_text(f"rerun of {str(job.id)[:8]}")
+    expect(page.locator("#job .job-state .badge")).to_have_text("Pending")
+    page.screenshot(path=screenshots / "job-rerun.png", full_page=True)
+
+
+def test_double_clicking_retry_has_one_effect(open_console):
+    job = dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{page.url}jobs/{job.id}/")
+    page.get_by_role("button", name="Retry", exact=True).dblclick()
+    expect(page.get_by_role("status")).to_contain_text("job put back in line")
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert job.max_attempts == 4
+    assert job.audit_entries.filter(outcome="job put back in line").count() == 1
+
+
+def test_retry_works_without_javascript(open_console):
+    job = dead_letter_of_add()
+    page = open_console(javascript=False)
+    page.goto(f"{page.url}dead-letters/")
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("job put back in line")
+    expect(page.locator(f'a[href="/jobs/{job.id}/"]')).to_have_count(0)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+
+def test_bulk_retry_of_ticked_rows_asks_first_then_retries_them(open_console):
+    jobs = [dead_letter_of_add() for _ in range(3)]
+    page = open_console()
+    page.goto(f"{page.url}dead-letters/")
+    page.get_by_label("Tick every row on this page").check()
+    page.get_by_role("button", name="Ticked rows…").click()
+    expect(page.get_by_text("Retry 3 dead letters?")).to_be_visible()
+    assert Job.objects.filter(state=JobState.PENDING).count() == 0
+    page.get_by_role("button", name="Retry", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("3 jobs put back in line")
+    assert Job.objects.filter(id__in=[j.id for j in jobs], state=JobState.PENDING).count() == 3
+
+
+def test_job_list_refreshes_itself_and_filters_are_in_the_url(open_console):
+    make_job(JobState.SUCCEEDED, queue_name="emails")
+    page = open_console()
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    page.get_by_label("State").select_option("pending")
+    expect(page).to_have_url(re.compile(r"/jobs/\?state=pending"))
+    later = make_job(JobState.PENDING, task_path="tests.tasks.record")
+    expect(page.locator(f'#job-list a[href="/jobs/{later.id}/"]').first).to_be_visible(
+        timeout=15_000
+    )
+    expect(page.locator("#job-list .badge-succeeded")).to_have_count(0)
+
+
+def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
+    open_console, screenshots, operator
+):
+    for state in JobState:
+        make_job(state, queue_name="emails", task_path="jobsite.tasks.send_welcome_email")
+    job = dead_letter_of_add()
+    pages = {
+        "overview": "",
+        "jobs": "jobs/",
+        "dead-letters": "dead-letters/",
+        "job": f"jobs/{job.id}/",
+        "workers": "workers/",
+    }
+    for scheme in ("light", "dark"):
+        for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
+            page = open_console(viewport=viewport, color_scheme=scheme)
+            base = page.url
+            for name, path in pages.items():
+                page.goto(base + path)
+                expect(page.locator("main h1").first).to_be_visible()
+                # Nothing may overflow the viewport sideways except inside scrolling tables.
+                assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
+                page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
+    assert len(list(screenshots.glob("*-laptop-light.png"))) == len(pages)
