@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from . import payload, retry, store
 from .errors import DuplicateJob
+from .ids import uuid7
 from .states import JobState
 
 STATUS_OF_STATE = {
@@ -176,7 +177,7 @@ class JobsBackend(BaseTaskBackend):
         args = payload.check_json(list(args), "args")
         kwargs = payload.check_json(dict(kwargs), "kwargs")
         return {
-            "id": uuid.uuid4(),
+            "id": uuid7(),
             "task_path": task.module_path,
             "backend": self.alias,
             "args": args,

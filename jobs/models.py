@@ -4,13 +4,12 @@ The hot paths that need one hand-written statement per vendor (claim, finish, he
 recover) live in `jobs.store`; everything else is a named queryset method here.
 """
 
-import uuid
-
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from .ids import uuid7
 from .states import ACTIVE, CLAIMABLE, TERMINAL, AttemptOutcome, DeadLetterReason, JobState
 
 TERMINAL_STATES = sorted(TERMINAL)
@@ -44,7 +43,7 @@ class JobQuerySet(models.QuerySet):
 class Job(models.Model):
     """One run of a task. Reruns are new rows linked by `rerun_of`."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     task_path = models.CharField(max_length=255)
     backend = models.CharField(max_length=100, default="default")
     args = models.JSONField(default=list, blank=True)
@@ -58,11 +57,23 @@ class Job(models.Model):
     run_after = models.DateTimeField(default=timezone.now)
     not_after = models.DateTimeField(null=True, blank=True)
     dedup_key = models.CharField(max_length=255, null=True, blank=True)
+    # Indexed below only where set: almost every job has neither, and every state change
+    # rewrites each index entry of the row.
     rerun_of = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reruns",
+        db_index=False,
     )
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continuations",
+        db_index=False,
     )
     enqueued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -148,6 +159,10 @@ class Job(models.Model):
             models.Index(fields=["queue_name", "-enqueued_at", "-id"], name="job_queue_recent"),
             models.Index(fields=["task_path", "-enqueued_at", "-id"], name="job_task_recent"),
             models.Index(fields=["state", "-finished_at"], name="job_state_finished"),
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent"),
+            models.Index(
+                fields=["rerun_of"], condition=Q(rerun_of__isnull=False), name="job_rerun_of"
+            ),
         ]
 
     def __str__(self):
@@ -165,7 +180,8 @@ class Job(models.Model):
 class Attempt(models.Model):
     """One execution of a job. Append-only: written once, when the attempt ends."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    # Looked up through the (job, number) unique index; no second index on job alone.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)

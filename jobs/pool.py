@@ -172,7 +172,7 @@ class Dispatcher:
 
     def capacity_per_executor(self):
         prefetch = int(0.01 / max(self.avg_duration, 1e-5))
-        return 1 + max(0, min(prefetch, 63))
+        return 1 + max(0, min(prefetch, 255))
 
     def total_capacity(self):
         return self.capacity_per_executor() * len(self.executors)

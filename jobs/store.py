@@ -126,6 +126,69 @@ INSERT_COLUMNS = (
 )
 
 
+PG_TYPES = {
+    "id": "uuid",
+    "task_path": "text",
+    "backend": "text",
+    "args": "jsonb",
+    "kwargs": "jsonb",
+    "queue_name": "text",
+    "priority": "int",
+    "state": "text",
+    "attempt": "int",
+    "max_attempts": "int",
+    "timeout": "float8",
+    "run_after": "timestamptz",
+    "not_after": "timestamptz",
+    "dedup_key": "text",
+    "rerun_of_id": "uuid",
+    "parent_id": "uuid",
+    "enqueued_at": "timestamptz",
+    "error_type": "text",
+    "error_message": "text",
+    "error_traceback": "text",
+    "dead_letter_reason": "text",
+    "worker_id": "text",
+    "finished_at": "timestamptz",
+}
+_INSERT_SELECT_PG = ", ".join(
+    f"COALESCE(v.{c}, now())"
+    if c in ("run_after", "enqueued_at")
+    else f"CASE WHEN v.state IN ({TERMINAL_SQL}) THEN now() END"
+    if c == "finished_at"
+    else f"v.{c}"
+    for c in INSERT_COLUMNS
+)
+# One statement of constant text for one job or ten thousand: insert, count, and wake workers.
+INSERT_PG = f"""
+    WITH v AS (
+        SELECT * FROM unnest({", ".join(f"%s::{PG_TYPES[c]}[]" for c in INSERT_COLUMNS)})
+            AS v({", ".join(INSERT_COLUMNS)})
+    ),
+    ins AS (
+        INSERT INTO {JOB} ({", ".join(INSERT_COLUMNS)}) SELECT {_INSERT_SELECT_PG} FROM v
+        RETURNING 1
+    ),
+    cnt AS (INSERT INTO {COUNTER} (name, value) SELECT 'jobs_enqueued', count(*) FROM ins)
+    SELECT pg_notify('{NOTIFY_CHANNEL}', '')
+"""
+
+
+def _insert_value(column, row):
+    value = row.get(column)
+    if column in ("args", "kwargs"):
+        return payload.dumps(value)
+    if column in (
+        "error_type",
+        "error_message",
+        "error_traceback",
+        "dead_letter_reason",
+        "worker_id",
+    ):
+        return value or ""
+    return value
+
+
 def insert_jobs(rows: list[dict]) -> None:
     """Insert new jobs, count them, and wake idle workers (one NOTIFY per statement).
 
@@ -136,17 +199,19 @@ def insert_jobs(rows: list[dict]) -> None:
     if not rows:
         return
     d = dialect()
+    if d.pg:
+        columns = [[_insert_value(c, row) for row in rows] for c in INSERT_COLUMNS]
+        with connection.cursor() as cursor:
+            cursor.execute(INSERT_PG, columns)
+        return
     values, params = [], []
     for row in rows:
         placeholders = []
         for column in INSERT_COLUMNS:
-            value = row.get(column)
+            value = _insert_value(column, row)
             if column in ("id", "rerun_of_id", "parent_id"):
-                placeholders.append(d.uuid)
+                placeholders.append("%s")
                 params.append(d.uuid_value(value))
-            elif column in ("args", "kwargs"):
-                placeholders.append(d.json)
-                params.append(payload.dumps(value))
             elif column in ("run_after", "enqueued_at"):
                 placeholders.append(f"COALESCE(%s, {d.now})")
                 params.append(d.time_value(value))
@@ -156,36 +221,16 @@ def insert_jobs(rows: list[dict]) -> None:
             elif column == "finished_at":
                 placeholders.append(f"CASE WHEN %s THEN {d.now} ELSE NULL END")
                 params.append(row["state"] in TERMINAL)
-            elif column in (
-                "error_type",
-                "error_message",
-                "error_traceback",
-                "dead_letter_reason",
-                "worker_id",
-            ):
-                placeholders.append("%s")
-                params.append(value or "")
             else:
                 placeholders.append("%s")
                 params.append(value)
         values.append("(" + ", ".join(placeholders) + ")")
     insert = f"INSERT INTO {JOB} ({', '.join(INSERT_COLUMNS)}) VALUES {', '.join(values)}"
-    with connection.cursor() as cursor:
-        if d.pg:
-            cursor.execute(
-                f"WITH ins AS ({insert} RETURNING 1), "
-                f"cnt AS (INSERT INTO {COUNTER} (name, value) "
-                f"SELECT 'jobs_enqueued', count(*) FROM ins) "
-                f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')",
-                params,
-            )
-        else:
-            with transaction.atomic():
-                cursor.execute(insert, params)
-                cursor.execute(
-                    f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s)",
-                    [len(rows)],
-                )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(insert, params)
+        cursor.execute(
+            f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s)", [len(rows)]
+        )
 
 
 def notify_workers() -> None:
@@ -340,43 +385,37 @@ def finish(results: list[Finish]) -> list[Finish]:
         return []
     d = dialect()
     applied: list[Finish] = []
-    with transaction.atomic(), connection.cursor() as cursor:
-        for chunk_start in range(0, len(results), 500):
-            chunk = results[chunk_start : chunk_start + 500]
-            applied.extend(_finish_chunk(cursor, d, chunk))
-        if applied:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        for chunk_start in range(0, len(results), 1000):
+            chunk = results[chunk_start : chunk_start + 1000]
+            if d.pg:
+                applied.extend(_finish_chunk_pg(cursor, chunk))
+            else:
+                applied.extend(_finish_chunk(cursor, d, chunk))
+        if applied and not d.pg:
             _after_finish(cursor, d, applied)
+        elif applied:
+            ended_badly = [
+                r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
+            ]
+            if ended_badly:
+                cancel_continuations(ended_badly, cursor=cursor)
     return applied
 
 
-def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
-    rows, params = [], []
-    for r in chunk:
-        rows.append(
-            f"({d.uuid}, {d.uuid}, {d.text}, {d.json}, {d.float}, {d.text}, {d.text}, {d.text}, "
-            f"{d.text}, {d.int}, {d.int})"
-        )
-        params += [
-            d.uuid_value(r.job_id),
-            d.uuid_value(r.lease_id),
-            r.state,
-            r.return_json,
-            float(r.delay or 0),
-            r.reason,
-            r.error_type[:255],
-            r.error_message,
-            r.error_traceback,
-            1 if r.only_if_expired else 0,
-            1 if r.raise_max_attempts else 0,
-        ]
+def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish], list[Claimed]]:
+    """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""
+    with transaction.atomic(savepoint=False):
+        applied = finish(results)
+        claimed = claim(**claim_args) if claim_args.get("limit", 0) > 0 else []
+    return applied, claimed
+
+
+def _set_outcome_sql(d: _Dialect) -> str:
+    """The SET clause applying row v of outcomes to the job (both dialects)."""
     terminal = f"v.new_state IN ({TERMINAL_SQL})"
     has_error = "v.error_type <> ''"
-    sql = f"""
-        WITH v (job_id, lease_id, new_state, return_value, delay, reason, error_type,
-                error_message, error_traceback, only_if_expired, raise_max) AS (
-            VALUES {", ".join(rows)}
-        )
-        UPDATE {JOB} SET
+    return f"""
             state = v.new_state,
             finished_at = CASE WHEN {terminal} THEN {d.now} ELSE NULL END,
             return_value = CASE WHEN v.new_state = 'succeeded' THEN v.return_value
@@ -402,6 +441,119 @@ def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
         FROM v
         WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = 'running'
           AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {d.now})
+    """
+
+
+_PG = _Dialect("postgresql")
+
+# PostgreSQL: one statement of constant text whatever the batch size (arrays in, unnest out):
+# the job update, the attempt rows, the continuations released, and the counters.
+FINISH_PG = f"""
+    WITH v AS (
+        SELECT * FROM unnest(
+            %s::uuid[], %s::uuid[], %s::text[], %s::jsonb[], %s::float8[], %s::text[],
+            %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[], %s::text[],
+            %s::timestamptz[], %s::timestamptz[]
+        ) AS v(job_id, lease_id, new_state, return_value, delay, reason, error_type,
+               error_message, error_traceback, only_if_expired, raise_max, outcome, worker_id,
+               started_at, finished_at)
+    ),
+    upd AS (
+        UPDATE {JOB} SET {_set_outcome_sql(_PG)}
+        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at
+    ),
+    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at
+             FROM upd JOIN v ON v.job_id = upd.id),
+    att AS (
+        INSERT INTO {ATTEMPT} (job_id, number, worker_id, started_at, finished_at, outcome,
+                               error_type, error_message, error_traceback)
+        SELECT job_id, number, worker_id, COALESCE(started_at, claimed_at),
+               COALESCE(finished_at, now()), outcome, error_type, error_message, error_traceback
+        FROM done WHERE outcome IS NOT NULL
+    ),
+    rel AS (
+        UPDATE {JOB} c SET state = 'pending', run_after = now()
+        FROM done WHERE done.new_state = 'succeeded' AND c.parent_id = done.job_id
+          AND c.state = 'scheduled'
+        RETURNING c.id
+    ),
+    cnt AS (
+        INSERT INTO {COUNTER} (name, value)
+        SELECT x.name, x.n FROM (
+            SELECT count(*) FILTER (WHERE new_state = 'succeeded') AS succeeded,
+                   count(*) FILTER (WHERE outcome IN ('failed', 'lost', 'poison', 'interrupted'))
+                       AS failed,
+                   count(*) FILTER (WHERE new_state = 'retrying') AS requeued,
+                   count(*) FILTER (WHERE new_state = 'dead_letter') AS dead,
+                   count(*) FILTER (WHERE outcome = 'lost') AS recovered,
+                   count(*) FILTER (WHERE new_state = 'cancelled') AS cancelled
+            FROM done
+        ) a, LATERAL (VALUES ('jobs_succeeded', a.succeeded), ('jobs_failed', a.failed),
+                             ('jobs_requeued', a.requeued), ('jobs_dead_lettered', a.dead),
+                             ('jobs_recovered', a.recovered), ('jobs_cancelled', a.cancelled)
+        ) x(name, n)
+        WHERE x.n > 0
+    )
+    SELECT job_id, (SELECT count(*) FROM rel) FROM done
+"""
+
+
+def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
+    columns = [[] for _ in range(15)]
+    for r in chunk:
+        for column, value in zip(
+            columns,
+            (
+                r.job_id,
+                r.lease_id,
+                r.state,
+                r.return_json,
+                float(r.delay or 0),
+                r.reason,
+                r.error_type[:255],
+                r.error_message,
+                r.error_traceback,
+                1 if r.only_if_expired else 0,
+                1 if r.raise_max_attempts else 0,
+                r.outcome,
+                r.worker_id,
+                r.started_at,
+                r.finished_at,
+            ),
+            strict=True,
+        ):
+            column.append(value)
+    cursor.execute(FINISH_PG, columns)
+    rows = cursor.fetchall()
+    changed = {row[0] for row in rows}
+    if rows and rows[0][1]:
+        cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
+    return [r for r in chunk if r.job_id in changed]
+
+
+def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
+    rows, params = [], []
+    for r in chunk:
+        rows.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+        params += [
+            d.uuid_value(r.job_id),
+            d.uuid_value(r.lease_id),
+            r.state,
+            r.return_json,
+            float(r.delay or 0),
+            r.reason,
+            r.error_type[:255],
+            r.error_message,
+            r.error_traceback,
+            1 if r.only_if_expired else 0,
+            1 if r.raise_max_attempts else 0,
+        ]
+    sql = f"""
+        WITH v (job_id, lease_id, new_state, return_value, delay, reason, error_type,
+                error_message, error_traceback, only_if_expired, raise_max) AS (
+            VALUES {", ".join(rows)}
+        )
+        UPDATE {JOB} SET {_set_outcome_sql(d)}
         RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at
     """
     cursor.execute(sql, params)
@@ -544,9 +696,18 @@ def renew_leases(leases: list[tuple[uuid.UUID, uuid.UUID]], lease_seconds: float
     d = dialect()
     held = set()
     with connection.cursor() as cursor:
+        if d.pg:
+            cursor.execute(
+                f"UPDATE {JOB} SET lease_expires_at = now() + %s * interval '1 second' "
+                f"FROM unnest(%s::uuid[], %s::uuid[]) AS v(job_id, lease_id) "
+                f"WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id "
+                f"AND {JOB}.state = 'running' RETURNING {JOB}.id",
+                [lease_seconds, [j for j, _ in leases], [lease for _, lease in leases]],
+            )
+            return {r[0] for r in cursor.fetchall()}
         for start in range(0, len(leases), 500):
             chunk = leases[start : start + 500]
-            rows = ", ".join([f"({d.uuid}, {d.uuid})"] * len(chunk))
+            rows = ", ".join(["(%s, %s)"] * len(chunk))
             params = [d.uuid_value(x) for pair in chunk for x in pair]
             cursor.execute(
                 f"WITH v (job_id, lease_id) AS (VALUES {rows}) "

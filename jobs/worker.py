@@ -180,8 +180,7 @@ class Worker:
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds
             self._enforce_deadlines(now)
-            self._flush_finishes()
-            claimed = self._claim() if not self.stopping else 0
+            claimed = self._sync()
             self.dispatcher.dispatch()
             if not self.held and not self.finishes and not claimed:
                 if self.config.burst:
@@ -258,7 +257,7 @@ class Worker:
 
     # --- claiming and results ---------------------------------------------------------------
 
-    def _claim(self):
+    def _claim_limit(self):
         room = self.dispatcher.room()
         # Claim in batches: wait until half the prefetch room is free, unless idle.
         if room <= 0 or (self.held and room < self.dispatcher.total_capacity() // 2):
@@ -266,24 +265,33 @@ class Worker:
         limit = min(room, self.config.batch_size)
         if self.config.max_jobs is not None:
             limit = min(limit, self.config.max_jobs - self.claimed_total)
-        if limit <= 0:
+        return max(limit, 0)
+
+    def _sync(self, claim=True):
+        """Record finished outcomes and claim the next batch, in one transaction."""
+        limit = self._claim_limit() if claim and not self.stopping else 0
+        if not self.finishes and not limit:
             return 0
-        claimed = (
-            self._with_db(
-                store.claim,
-                worker_id=self.worker_id,
-                queues=self.config.queues or None,
-                limit=limit,
-                lease_seconds=self.config.lease_seconds,
-            )
-            or []
+        pending = self.finishes
+        result = self._with_db(
+            store.finish_and_claim,
+            pending,
+            worker_id=self.worker_id,
+            queues=self.config.queues or None,
+            limit=limit,
+            lease_seconds=self.config.lease_seconds,
         )
+        if result is None:
+            return 0  # the database is away; the outcomes are kept and written later
+        applied, claimed = result
+        self.finishes = []
+        self._settle(pending, applied)
         for c in claimed:
             self.held[c.id] = Held(c)
             self.dispatcher.ready.append(c)
         self.claimed_total += len(claimed)
         self._log_claims(claimed)
-        self.last_claim_full = len(claimed) == limit
+        self.last_claim_full = bool(limit) and len(claimed) == limit
         return len(claimed)
 
     def _log_claims(self, claimed):
@@ -413,13 +421,9 @@ class Worker:
                 )
 
     def _flush_finishes(self):
-        if not self.finishes:
-            return
-        pending = self.finishes
-        applied = self._with_db(store.finish, pending)
-        if applied is None:
-            return  # the database is away; keep them and try again
-        self.finishes = []
+        self._sync(claim=False)
+
+    def _settle(self, pending, applied):
         applied_ids = {f.job_id for f in applied}
         for f in pending:
             held = self.held.pop(f.job_id, None)
