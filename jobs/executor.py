@@ -51,9 +51,10 @@ def _now():
 
 def describe(exc: BaseException) -> tuple[str, str, str]:
     cls = type(exc)
-    name = (
-        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-    )
+    # Builtins and the engine's own outcome types (JobTimeout, WorkerLost, ...) go by their
+    # bare names, as the contract spells them; task exceptions keep their module.
+    short = cls.__module__ in ("builtins", "jobs.errors")
+    name = cls.__qualname__ if short else f"{cls.__module__}.{cls.__qualname__}"
     text = "".join(traceback.format_exception(exc))
     if len(text) > MAX_TRACEBACK:
         text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100) :]
@@ -221,6 +222,11 @@ def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False
             state=JobState.DEAD_LETTER,
             outcome=outcome,
             reason=DeadLetterReason.UNRECOVERABLE,
+        )
+    if outcome == AttemptOutcome.INTERRUPTED and claimed.attempt >= retry.MAX_ATTEMPTS:
+        # No attempt is left to give back: the stored maximum cannot go past 100.
+        return Finish(
+            **common, state=JobState.DEAD_LETTER, outcome=outcome, reason=DeadLetterReason.EXHAUSTED
         )
     if outcome == AttemptOutcome.INTERRUPTED:
         # Not the task's fault: it goes back in line now, with one more attempt if needed.

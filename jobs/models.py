@@ -32,9 +32,9 @@ class JobQuerySet(models.QuerySet):
     def ready(self, now=None):
         """Claimable now: pending or retrying, due, and not expired."""
         now = now or timezone.now()
-        return self.filter(state__in=CLAIMABLE, run_after__lte=now).filter(
-            Q(not_after__isnull=True) | Q(not_after__gt=now)
-        )
+        return self.filter(
+            state__in=CLAIMABLE, run_after__lte=now, attempt__lt=F("max_attempts")
+        ).filter(Q(not_after__isnull=True) | Q(not_after__gt=now))
 
     def holding_dedup_key(self, key):
         return self.active().filter(dedup_key=key)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_MAX_ATTEMPTS = 3
+# Any longer is "never" for a queue, and the databases' date arithmetic agrees.
+MAX_DELAY = 10 * 365 * 86400.0
 MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
 
 
@@ -75,9 +77,10 @@ class Exponential(_Policy):
 
     def base_delay(self, attempt):
         try:
-            delay = self.base * self.multiplier ** (attempt - 1)
+            delay = float(self.base) * float(self.multiplier) ** (attempt - 1)
         except OverflowError:
-            delay = float("inf")
+            delay = MAX_DELAY
+        delay = min(delay, MAX_DELAY)
         return delay if self.max is None else min(delay, self.max)
 
 
@@ -172,13 +175,14 @@ def next_delay(
     Anything that is not a finite number >= 0 from a callable stops retrying.
     """
     if hasattr(backoff, "delay"):
-        return backoff.delay(attempt, rng)
+        value = backoff.delay(attempt, rng)
+        return None if value is None else min(float(value), MAX_DELAY)
     value = backoff(exception, task_result)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         return None
-    return min(float(value), 10 * 365 * 86400.0)
+    return min(float(value), MAX_DELAY)
 
 
 def clamp_max_attempts(value) -> int:

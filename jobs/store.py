@@ -280,6 +280,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
         WHERE id IN (
             SELECT id FROM {JOB}
             WHERE state IN ({CLAIMABLE_SQL}) AND run_after <= {d.now}
+              AND attempt < max_attempts
               AND (not_after IS NULL OR not_after > {d.now}) {queue_filter}
             ORDER BY priority DESC, run_after
             LIMIT %s {lock}
@@ -321,7 +322,7 @@ def claim_one(job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None
     sql = f"""
         UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
             lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
-        WHERE id = {d.uuid} AND state IN ({CLAIMABLE_SQL})
+        WHERE id = {d.uuid} AND state IN ({CLAIMABLE_SQL}) AND attempt < max_attempts
         RETURNING id, task_path, {args_col}, attempt, max_attempts, timeout, queue_name,
             priority, backend, started_at, enqueued_at
     """
@@ -411,16 +412,30 @@ def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish],
     return applied, claimed
 
 
+# A running job whose cancel was requested ends cancelled however its attempt ended (returned,
+# failed but retryable, or handed back unstarted); dead letters stay dead letters. Only the row
+# knows for sure whether a cancel came in, so the decision is made here, in the guarded update.
+EFFECTIVE_STATE = (
+    f"(CASE WHEN {JOB}.cancel_requested_at IS NOT NULL "
+    f"AND v.new_state IN ('succeeded', 'retrying', 'pending') THEN 'cancelled' "
+    f"ELSE v.new_state END)"
+)
+
+
 def _set_outcome_sql(d: _Dialect) -> str:
-    """The SET clause applying row v of outcomes to the job (both dialects)."""
-    terminal = f"v.new_state IN ({TERMINAL_SQL})"
+    """The SET clause applying row v of outcomes to the job (both dialects).
+
+    Every expression reads the row as it was before the update, in both databases.
+    """
+    state = EFFECTIVE_STATE
+    terminal = f"{state} IN ({TERMINAL_SQL})"
     has_error = "v.error_type <> ''"
     return f"""
-            state = v.new_state,
+            state = {state},
             finished_at = CASE WHEN {terminal} THEN {d.now} ELSE NULL END,
             return_value = CASE WHEN v.new_state = 'succeeded' THEN v.return_value
                                 ELSE {JOB}.return_value END,
-            run_after = CASE WHEN v.new_state = 'retrying' THEN {d.after("v.delay")}
+            run_after = CASE WHEN {state} = 'retrying' THEN {d.after("v.delay")}
                              ELSE {JOB}.run_after END,
             attempt = CASE WHEN v.new_state = 'pending' THEN {JOB}.attempt - 1
                            ELSE {JOB}.attempt END,
@@ -428,9 +443,12 @@ def _set_outcome_sql(d: _Dialect) -> str:
                               ELSE {JOB}.started_at END,
             max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < 100
                                 THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
-            dead_letter_reason = CASE WHEN v.new_state = 'dead_letter' THEN v.reason ELSE '' END,
-            error_type = CASE WHEN {has_error} THEN v.error_type ELSE {JOB}.error_type END,
+            dead_letter_reason = CASE WHEN {state} = 'dead_letter' THEN v.reason ELSE '' END,
+            error_type = CASE WHEN {has_error} THEN v.error_type
+                              WHEN {state} = 'cancelled' THEN 'JobCancelled'
+                              ELSE {JOB}.error_type END,
             error_message = CASE WHEN {has_error} THEN v.error_message
+                                 WHEN {state} = 'cancelled' THEN 'cancelled by an operator'
                                  ELSE {JOB}.error_message END,
             error_traceback = CASE WHEN {has_error} THEN v.error_traceback
                                    ELSE {JOB}.error_traceback END,
@@ -442,6 +460,15 @@ def _set_outcome_sql(d: _Dialect) -> str:
         WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = 'running'
           AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {d.now})
     """
+
+
+def _applied(r: Finish, state: str) -> Finish:
+    """The outcome as it took effect (a cancel that came in turns it into a cancellation)."""
+    if state == JobState.CANCELLED and r.state != JobState.CANCELLED:
+        r.state = JobState.CANCELLED
+        if r.outcome is not None:
+            r.outcome = AttemptOutcome.CANCELLED
+    return r
 
 
 _PG = _Dialect("postgresql")
@@ -460,33 +487,38 @@ FINISH_PG = f"""
     ),
     upd AS (
         UPDATE {JOB} SET {_set_outcome_sql(_PG)}
-        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at
+        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
     ),
-    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at
+    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at,
+                    upd.state AS final_state,
+                    CASE WHEN upd.state = 'cancelled' AND v.new_state <> 'cancelled'
+                         THEN 'cancelled' ELSE v.outcome END AS attempt_outcome
              FROM upd JOIN v ON v.job_id = upd.id),
     att AS (
         INSERT INTO {ATTEMPT} (job_id, number, worker_id, started_at, finished_at, outcome,
                                error_type, error_message, error_traceback)
         SELECT job_id, number, worker_id, COALESCE(started_at, claimed_at),
-               COALESCE(finished_at, now()), outcome, error_type, error_message, error_traceback
+               COALESCE(finished_at, now()), attempt_outcome, error_type, error_message,
+               error_traceback
         FROM done WHERE outcome IS NOT NULL
     ),
     rel AS (
         UPDATE {JOB} c SET state = 'pending', run_after = now()
-        FROM done WHERE done.new_state = 'succeeded' AND c.parent_id = done.job_id
+        FROM done WHERE done.final_state = 'succeeded' AND c.parent_id = done.job_id
           AND c.state = 'scheduled'
         RETURNING c.id
     ),
     cnt AS (
         INSERT INTO {COUNTER} (name, value)
         SELECT x.name, x.n FROM (
-            SELECT count(*) FILTER (WHERE new_state = 'succeeded') AS succeeded,
-                   count(*) FILTER (WHERE outcome IN ('failed', 'lost', 'poison', 'interrupted'))
-                       AS failed,
-                   count(*) FILTER (WHERE new_state = 'retrying') AS requeued,
-                   count(*) FILTER (WHERE new_state = 'dead_letter') AS dead,
-                   count(*) FILTER (WHERE outcome = 'lost') AS recovered,
-                   count(*) FILTER (WHERE new_state = 'cancelled') AS cancelled
+            SELECT count(*) FILTER (WHERE final_state = 'succeeded') AS succeeded,
+                   count(*) FILTER (
+                       WHERE attempt_outcome IN ('failed', 'lost', 'poison', 'interrupted')
+                   ) AS failed,
+                   count(*) FILTER (WHERE final_state = 'retrying') AS requeued,
+                   count(*) FILTER (WHERE final_state = 'dead_letter') AS dead,
+                   count(*) FILTER (WHERE attempt_outcome = 'lost') AS recovered,
+                   count(*) FILTER (WHERE final_state = 'cancelled') AS cancelled
             FROM done
         ) a, LATERAL (VALUES ('jobs_succeeded', a.succeeded), ('jobs_failed', a.failed),
                              ('jobs_requeued', a.requeued), ('jobs_dead_lettered', a.dead),
@@ -494,7 +526,7 @@ FINISH_PG = f"""
         ) x(name, n)
         WHERE x.n > 0
     )
-    SELECT job_id, (SELECT count(*) FROM rel) FROM done
+    SELECT job_id, final_state, (SELECT count(*) FROM rel) FROM done
 """
 
 
@@ -525,10 +557,10 @@ def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
             column.append(value)
     cursor.execute(FINISH_PG, columns)
     rows = cursor.fetchall()
-    changed = {row[0] for row in rows}
-    if rows and rows[0][1]:
+    changed = {row[0]: row[1] for row in rows}
+    if rows and rows[0][2]:
         cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
-    return [r for r in chunk if r.job_id in changed]
+    return [_applied(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
 
 
 def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
@@ -554,16 +586,16 @@ def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
             VALUES {", ".join(rows)}
         )
         UPDATE {JOB} SET {_set_outcome_sql(d)}
-        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at
+        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
     """
     cursor.execute(sql, params)
-    changed = {d.parse_uuid(r[0]): (r[1], d.parse_time(r[2])) for r in cursor.fetchall()}
+    changed = {d.parse_uuid(r[0]): (r[1], d.parse_time(r[2]), r[3]) for r in cursor.fetchall()}
     applied = []
     for r in chunk:
         if r.job_id in changed:
-            attempt, started_at = changed[r.job_id]
+            attempt, started_at, state = changed[r.job_id]
             r.started_at = r.started_at or started_at
-            applied.append((r, attempt))
+            applied.append((_applied(r, state), attempt))
     _insert_attempts(cursor, d, applied)
     return [r for r, _ in applied]
 

@@ -14,7 +14,15 @@ import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connection,
+)
 from django.tasks import task_backends
 from django.utils import timezone
 
@@ -603,14 +611,16 @@ class Worker:
                 len(self.finishes),
             )
             self.exit_code = 1
-        try:
-            WorkerNode.objects.filter(id=self.worker_id).update(
-                stopped_at=timezone.now(),
-                last_heartbeat_at=timezone.now(),
-                jobs_processed=self.processed_total,
-            )
-        except DB_ERRORS:
-            pass
+        for _ in range(1 if self.hard_stop else 3):
+            try:
+                WorkerNode.objects.filter(id=self.worker_id).update(
+                    stopped_at=timezone.now(),
+                    last_heartbeat_at=timezone.now(),
+                    jobs_processed=self.processed_total,
+                )
+                break
+            except DB_ERRORS:
+                _reset_connection()  # a connection cut while idle fails on first use
         if self.listener:
             self.listener.close()
         signal.set_wakeup_fd(-1)
@@ -653,7 +663,10 @@ class Worker:
 def _is_transient(error) -> bool:
     if isinstance(error, OperationalError | InterfaceError):
         return True
-    text = str(error).lower()
+    if isinstance(error, IntegrityError | DataError | ProgrammingError):
+        return False  # a statement that is wrong stays wrong; retrying it would wedge us
+    # Only the first line: DETAIL lines quote row data (tracebacks, messages).
+    text = str(error).strip().splitlines()[0].lower() if str(error).strip() else ""
     return any(
         word in text
         for word in ("locked", "connection", "terminat", "server closed", "shutdown", "could not")

@@ -425,7 +425,6 @@ def test_pg_terminate_backend_storm_fails_no_job_and_kills_no_worker(
     assert_nothing_running()
 
 
-@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #5", strict=True)
 def test_worker_whose_idle_connection_was_cut_still_marks_its_node_stopped(spawn_worker):
     skip_unless_postgres()
     for _ in range(5):
@@ -476,7 +475,6 @@ def test_sqlite_lock_contention_never_surfaces_as_a_job_failure(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #2", strict=True)
 def test_cooperative_cancel_of_running_job_ends_cancelled(
     fast_leases, spawn_worker, subprocess_env
 ):
@@ -525,7 +523,6 @@ def test_cancel_ignored_by_the_job_is_enforced_after_the_grace_period(
 # --- the contract's names, and rows that must not take workers down -----------------------------
 
 
-@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #1", strict=True)
 def test_error_types_of_engine_failures_are_the_contract_names(run_worker):
     spin = job_id(tasks.ignores_timeout.using(max_attempts=1).enqueue("named"))
     done = run_worker("--concurrency", "1")
@@ -537,7 +534,6 @@ def test_error_types_of_engine_failures_are_the_contract_names(run_worker):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #3", strict=True)
 def test_job_interrupted_on_its_100th_attempt_does_not_crash_workers(
     fast_leases, spawn_worker, subprocess_env, run_worker
 ):
@@ -557,7 +553,6 @@ def test_job_interrupted_on_its_100th_attempt_does_not_crash_workers(
     assert job.attempt <= job.max_attempts <= 100
 
 
-@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #4", strict=True)
 def test_unbounded_exponential_backoff_late_in_a_job_does_not_wedge_or_crash_the_worker(
     run_worker, subprocess_env
 ):

@@ -63,7 +63,7 @@ def test_unrecoverable_dead_letters_at_once(run_worker, ledger):
     burst(run_worker)
     job = Job.objects.get(id=result.id)
     assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "unrecoverable", 1)
-    assert job.error_type == "jobs.errors.Unrecoverable"
+    assert job.error_type == "Unrecoverable"
     assert len(ledger()) == 1
 
 
@@ -191,8 +191,8 @@ def test_a_job_running_past_its_timeout_is_stopped_and_counted_as_failed(run_wor
     job = Job.objects.get(id=stuck.id)
     assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "exhausted", 2)
     assert list(job.attempts.values_list("error_type", flat=True)) == [
-        "jobs.errors.JobTimeout",
-        "jobs.errors.JobTimeout",
+        "JobTimeout",
+        "JobTimeout",
     ]
     assert Job.objects.get(id=fine.id).state == JobState.SUCCEEDED
 
@@ -212,7 +212,7 @@ def test_an_expired_lease_is_recovered_through_the_retry_flow(run_worker):
     first = lost.attempts.get(number=1)
     assert (first.outcome, first.error_type, first.worker_id) == (
         "lost",
-        "jobs.errors.WorkerLost",
+        "WorkerLost",
         "vanished-worker",
     )
     assert CounterDelta.objects.totals()["jobs_recovered"] == 1
