@@ -115,6 +115,7 @@ def exponential_base(base, multiplier, cap, attempt):
         raw = base * multiplier ** (attempt - 1)
     except OverflowError:
         raw = math.inf
+    raw = min(raw, retry.MAX_DELAY)  # "never", in a unit the databases can store (finding #4)
     return raw if cap is None else min(raw, cap)
 
 
