@@ -61,6 +61,18 @@ def describe(exc: BaseException) -> tuple[str, str, str]:
     return name, str(exc), text
 
 
+_tasks: dict[str, tuple] = {}
+
+
+def _task_and_signature(task_path):
+    """The task at `task_path` and its function's signature, looked up once per process."""
+    found = _tasks.get(task_path)
+    if found is None:
+        task = load_task(task_path)
+        found = _tasks[task_path] = (task, inspect.signature(task.func))
+    return found
+
+
 def _poison(claimed: Claimed, exc: BaseException, started) -> Ran:
     error_type, message, text = describe(exc)
     return Ran(
@@ -78,7 +90,7 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     """Run the task of a claimed job once, here; never raises."""
     started = _now()
     try:
-        task = load_task(claimed.task_path)
+        task, signature = _task_and_signature(claimed.task_path)
         args = (
             json.loads(claimed.args_json)
             if isinstance(claimed.args_json, str)
@@ -91,7 +103,6 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
         )
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PoisonJob("stored arguments are not a list and a dict")
-        signature = inspect.signature(task.func)
         if task.takes_context:
             signature.bind(None, *args, **kwargs)
         else:

@@ -89,6 +89,31 @@ def dialect() -> _Dialect:
     return _Dialect(connection.vendor)
 
 
+class _BoundCursor:
+    """A psycopg cursor with server-side binding for the hot statements on PostgreSQL.
+
+    Their text is constant (arrays in, unnest out), so psycopg prepares each once per
+    connection and sends parameters in binary; Django's own cursors interpolate on the client.
+    Errors come out as Django's database exceptions, like any other query.
+    """
+
+    def __enter__(self):
+        import psycopg
+
+        connection.ensure_connection()
+        self._wrap = connection.wrap_database_errors
+        self._wrap.__enter__()
+        self.cursor = psycopg.Cursor(connection.connection)
+        return self.cursor
+
+    def __exit__(self, *exc):
+        try:
+            self.cursor.close()
+        except Exception:  # noqa: BLE001 - closing on a dead connection fails too; the
+            pass  # error that matters is the one in flight, which the wrapper re-raises
+        return self._wrap.__exit__(*exc)
+
+
 def _states(values):
     return ", ".join(f"'{v}'" for v in values)
 
@@ -201,8 +226,8 @@ def insert_jobs(rows: list[dict]) -> None:
     d = dialect()
     if d.pg:
         columns = [[_insert_value(c, row) for row in rows] for c in INSERT_COLUMNS]
-        with connection.cursor() as cursor:
-            cursor.execute(INSERT_PG, columns)
+        with _BoundCursor() as cursor:
+            cursor.execute(INSERT_PG, columns, prepare=True)
         return
     values, params = [], []
     for row in rows:
@@ -270,8 +295,13 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
     lease_id = uuid.uuid4()
     queue_filter, queue_params = "", []
     if queues:
-        queue_filter = f"AND queue_name IN {d.in_list(queues)}"
-        queue_params = list(queues)
+        # PostgreSQL: one array parameter, so the text stays the same for any queue list.
+        queue_filter = (
+            "AND queue_name = ANY(%s::text[])"
+            if d.pg
+            else (f"AND queue_name IN {d.in_list(queues)}")
+        )
+        queue_params = [list(queues)] if d.pg else list(queues)
     lock = "FOR UPDATE SKIP LOCKED" if d.pg else ""
     args_col = "args::text, kwargs::text" if d.pg else "args, kwargs"
     sql = f"""
@@ -289,9 +319,14 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
             priority, backend, started_at, enqueued_at
     """
     params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    if d.pg:
+        with _BoundCursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            rows = cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
     claimed = [
         Claimed(
             id=d.parse_uuid(r[0]),
@@ -555,8 +590,9 @@ def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
             strict=True,
         ):
             column.append(value)
-    cursor.execute(FINISH_PG, columns)
-    rows = cursor.fetchall()
+    with _BoundCursor() as bound:
+        bound.execute(FINISH_PG, columns, prepare=True)
+        rows = bound.fetchall()
     changed = {row[0]: row[1] for row in rows}
     if rows and rows[0][2]:
         cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
