@@ -109,7 +109,7 @@ class _BoundCursor:
     def __exit__(self, *exc):
         try:
             self.cursor.close()
-        except Exception:  # noqa: BLE001 - closing on a dead connection fails too; the
+        except Exception:  # closing on a dead connection fails too; the
             pass  # error that matters is the one in flight, which the wrapper re-raises
         return self._wrap.__exit__(*exc)
 
