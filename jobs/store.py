@@ -441,9 +441,13 @@ def finish(results: list[Finish]) -> list[Finish]:
 
 def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish], list[Claimed]]:
     """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""
+    wants_claim = claim_args.get("limit", 0) > 0
+    if not results:
+        # One statement commits by itself: no BEGIN/COMMIT round trips on the wake-up path.
+        return [], claim(**claim_args) if wants_claim else []
     with transaction.atomic(savepoint=False):
         applied = finish(results)
-        claimed = claim(**claim_args) if claim_args.get("limit", 0) > 0 else []
+        claimed = claim(**claim_args) if wants_claim else []
     return applied, claimed
 
 
