@@ -30,9 +30,9 @@ def is_postgres():
     return connection.vendor == "postgresql"
 
 
-def skip_unless_postgres():
+def skip_unless_postgres(needs="pg_terminate_backend"):
     if not is_postgres():
-        pytest.skip("needs PostgreSQL (pg_terminate_backend)")
+        pytest.skip(f"needs PostgreSQL ({needs})")
 
 
 def skip_unless_sqlite():
