@@ -147,6 +147,31 @@ def test_kill_9_chaos_loses_no_job_and_never_runs_one_twice_at_once(
         assert final.pgid == pid_of_worker[succeeded_on], (key_of[job.id], runs, succeeded_on)
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #7", strict=True)
+def test_executors_do_not_outlive_a_worker_killed_alone(fast_leases, spawn_worker, subprocess_env):
+    """kill -9 of the worker process only (the OOM killer's choice, or `kill -9 PID`): its
+    executors must not keep running jobs that other workers are about to recover."""
+    jid = job_id(tasks.ledger_span.enqueue("orphaned", 8))
+    first = spawn_worker("--concurrency", "1")
+    wait_for(lambda: started(subprocess_env, "orphaned"), timeout=30, what="the job to start")
+    first.signal(signal.SIGKILL)
+    first.wait(10)
+    second = spawn_worker("--concurrency", "1")
+    wait_for(
+        lambda: Job.objects.filter(id=jid, state=JobState.SUCCEEDED).exists(),
+        timeout=LEASE_SECONDS + 30,
+        what="the job to be recovered and run again",
+    )
+    runs = sorted(spans_by_key(read_events(subprocess_env))["orphaned"], key=lambda s: s.start)
+    assert [s.pgid for s in runs] == [first.pid, second.pid], runs
+    orphan, rerun = runs
+    # The first run died with its worker: it did not go on beside the rerun.
+    assert orphan.end is None or orphan.end < rerun.start, (orphan, rerun)
+    assert not first.group_members(), "executors of the killed worker are still running"
+    stop_cleanly(second)
+
+
 # --- a stalled worker is fenced off --------------------------------------------------------------
 
 
