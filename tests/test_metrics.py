@@ -132,7 +132,8 @@ def test_counters_match_what_two_worker_processes_did(client, start_worker):
 
     assert [w.returncode for w in workers] == [0, 0], outputs
     data = summary(client, headers)
-    assert {k: v for k, v in data["states"].items() if v} == {"succeeded": 8, "dead_letter": 2}
+    states = {k: v for k, v in data["states"].items() if v}
+    assert states == {"succeeded": 8, "dead_letter": 2}, outputs
     expected = {
         "jobs_enqueued": 10,
         "jobs_succeeded": 8,
@@ -141,7 +142,7 @@ def test_counters_match_what_two_worker_processes_did(client, start_worker):
         "jobs_dead_lettered": 2,
         "jobs_recovered": 0,
     }
-    assert {name: data["counters"][name] for name in expected} == expected
+    assert {name: data["counters"][name] for name in expected} == expected, outputs
     samples = scrape(client, headers)
     assert {name: samples[f"jobsite_{name}_total"][()] for name in expected} == expected
     assert samples["jobsite_jobs"][(("queue", "default"), ("state", "succeeded"))] == 8
