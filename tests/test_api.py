@@ -10,7 +10,8 @@ from django.utils import timezone
 from dashboard.models import ApiToken
 from jobs.models import AuditEntry, Job
 from jobs.states import JobState
-from tests.test_api_support import bearer, make_job, make_user, token_for
+from tests.factories import make_job
+from tests.test_api_support import bearer, make_user, token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -216,6 +217,7 @@ def test_a_job_shows_every_contract_field_with_string_ids_and_iso_times(client, 
         rerun_of=original,
         parent=parent,
         error_traceback="Traceback ...",
+        started_at=timezone.now() - timedelta(seconds=3),
     )
 
     data = client.get(f"/api/v1/jobs/{job.id}", headers=reader_headers).json()

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from dashboard.api import Position
 from dashboard.openapi import document
 from jobs.states import JobState
-from tests.test_api_support import bearer, make_job, make_user, token_for
+from tests.factories import make_job
+from tests.test_api_support import bearer, make_user, token_for
 
 # Jobs with fixed ids the generated requests can hit, one per state that an action cares about.
 KNOWN_IDS = {

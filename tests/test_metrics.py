@@ -6,7 +6,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobs import store
 from jobs.states import JobState
 from tests import tasks
-from tests.test_api_support import bearer, make_job, make_user, token_for
+from tests.factories import make_job
+from tests.test_api_support import bearer, make_user, token_for
 
 CONTRACT_COUNTERS = [
     "jobs_enqueued",

@@ -11,7 +11,7 @@ from jobs import store
 from jobs.maintenance import prune_jobs
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import JobState
-from tests.test_api_support import make_job
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
