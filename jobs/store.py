@@ -26,13 +26,14 @@ COUNTER = "jobs_counterdelta"
 NOTIFY_CHANNEL = "jobsite_jobs"
 
 
+# Django stores SQLite datetimes as str() of the naive UTC value (no fraction when the
+# microseconds are 0); these write exactly that, so text comparisons agree with Django's.
 def _sqlite_now() -> str:
-    return datetime.now(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    return str(datetime.now(UTC).replace(tzinfo=None))
 
 
 def _sqlite_after(seconds) -> str:
-    moment = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=float(seconds or 0))
-    return moment.isoformat(sep=" ", timespec="microseconds")
+    return str(datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=float(seconds or 0)))
 
 
 @receiver(connection_created)
@@ -82,7 +83,7 @@ class _Dialect:
             return value
         if value.tzinfo:
             value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.isoformat(sep=" ", timespec="microseconds")
+        return str(value)
 
 
 def dialect() -> _Dialect:
