@@ -14,7 +14,6 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from . import store
-from .ids import uuid7
 from .models import AuditEntry, Job
 from .states import TERMINAL, JobState
 
@@ -114,7 +113,7 @@ def rerun_job(job_or_id, *, user=None, source="python") -> ActionResult:
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)
         return ActionResult(False, message, job=original)
-    new_id = uuid7()
+    new_id = uuid.uuid4()
     with transaction.atomic():
         store.insert_jobs(
             [

@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from . import payload, retry, store
 from .errors import DuplicateJob
-from .ids import uuid7
 from .states import JobState
 
 STATUS_OF_STATE = {
@@ -177,7 +176,7 @@ class JobsBackend(BaseTaskBackend):
         args = payload.check_json(list(args), "args")
         kwargs = payload.check_json(dict(kwargs), "kwargs")
         return {
-            "id": uuid7(),
+            "id": uuid.uuid4(),
             "task_path": task.module_path,
             "backend": self.alias,
             "args": args,

@@ -3,8 +3,6 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import jobs.ids
-
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -20,13 +18,6 @@ class Migration(migrations.Migration):
                 on_delete=django.db.models.deletion.CASCADE,
                 related_name="attempts",
                 to="jobs.job",
-            ),
-        ),
-        migrations.AlterField(
-            model_name="job",
-            name="id",
-            field=models.UUIDField(
-                default=jobs.ids.uuid7, editable=False, primary_key=True, serialize=False
             ),
         ),
         migrations.AlterField(
