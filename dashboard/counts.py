@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-STATE_CAP = 10_000
-CELL_CAP = 1_000
+STATE_CAP = 1_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,7 +34,7 @@ class Tally:
             return f"{self.value:,} exactly"
         if self.at_least:
             return f"more than {self.value:,}"
-        return f"about {self.value:,} (planner estimate)"
+        return f"about {self.value:,} (estimate)"
 
 
 def tally(queryset, cap):

@@ -50,9 +50,11 @@ class Page:
 def keyset_page(queryset, *, time_field, cursor: Cursor | None, limit: int) -> Page:
     """One page of `queryset` ordered by `time_field` then id, both descending."""
     if cursor is not None:
-        before = Q(**{f"{time_field}__lt": cursor.at})
-        same_time_lower_id = Q(**{time_field: cursor.at, "id__lt": cursor.id})
-        queryset = queryset.filter(before | same_time_lower_id)
+        # (time, id) < (cursor.at, cursor.id), with the first term alone as a bound the
+        # planner can use for an index range; the OR by itself would not be.
+        queryset = queryset.filter(**{f"{time_field}__lte": cursor.at}).filter(
+            Q(**{f"{time_field}__lt": cursor.at}) | Q(id__lt=cursor.id)
+        )
     rows = list(queryset.order_by(f"-{time_field}", "-id")[: limit + 1])
     next_cursor = None
     if len(rows) > limit:

@@ -6,22 +6,27 @@ are capped (see `counts`), and the lists of queue and task names come from a loo
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
 
-from .counts import CELL_CAP, STATE_CAP, Tally, tally
+from .counts import STATE_CAP, Tally, tally
 from .pagination import Page, keyset_page
 
 # The loose index scan stops after this many names; beyond it the list would not help anyone.
 MAX_NAMES = 500
 DEAD_LETTER_GROUPS = 50
+# The dead letters grouped on the page: the most recent ones, so the cost stays flat however
+# many have piled up.
+DEAD_LETTER_WINDOW = 5_000
+QUEUE_SAMPLE = 2_000
+MAX_RUNNING_SHOWN = 500
 LINEAGE_DEPTH = 20
 FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON)
 
@@ -57,12 +62,9 @@ def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
 # Overview.
 
 
-def state_tallies() -> list[tuple[str, str, Tally]]:
-    """(state, label, tally) for every state, in lifecycle order."""
-    return [
-        (state.value, state.label, tally(Job.objects.filter(state=state), STATE_CAP))
-        for state in JobState
-    ]
+def state_tallies() -> dict[str, Tally]:
+    """A tally of the jobs in each state, in lifecycle order."""
+    return {state: tally(Job.objects.filter(state=state), STATE_CAP) for state in JobState}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,25 +78,100 @@ class QueueRow:
     oldest_due_age: timedelta | None
 
 
-def queue_rows(now: datetime) -> list[QueueRow]:
-    return [_queue_row(name, now) for name in distinct_names("queue_name")]
+QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState.DEAD_LETTER)
 
 
-def _queue_row(name: str, now: datetime) -> QueueRow:
-    jobs = Job.objects.filter(queue_name=name)
-    oldest = (
-        jobs.filter(state__in=CLAIMABLE, run_after__lte=now)
-        .order_by()
-        .aggregate(oldest=Min("run_after"))["oldest"]
-    )
-    return QueueRow(
-        name=name,
-        pending=tally(jobs.filter(state=JobState.PENDING), CELL_CAP),
-        running=tally(jobs.filter(state=JobState.RUNNING), CELL_CAP),
-        retrying=tally(jobs.filter(state=JobState.RETRYING), CELL_CAP),
-        dead_letter=tally(jobs.filter(state=JobState.DEAD_LETTER), CELL_CAP),
-        oldest_due_age=(now - oldest) if oldest else None,
-    )
+def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
+    """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
+    split = {state: per_queue(state, states[state]) for state in QUEUE_COLUMNS}
+    return [
+        QueueRow(
+            name=name,
+            **{state: split[state].get(name, _none_in(split[state])) for state in QUEUE_COLUMNS},
+            oldest_due_age=_age(now, oldest_due(name, now)),
+        )
+        for name in distinct_names("queue_name")
+    ]
+
+
+def per_queue(state: str, total: Tally) -> dict[str, Tally]:
+    """How the jobs in `state` split across queues.
+
+    Read from the `QUEUE_SAMPLE` most recent jobs in that state (one index range): exact when
+    that is all of them, otherwise the state's total shared out in the sample's proportions.
+    """
+    table = connection.ops.quote_name(Job._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT queue_name, COUNT(*) FROM (
+                SELECT queue_name FROM {table} WHERE state = %s
+                ORDER BY enqueued_at DESC, id DESC LIMIT %s
+            ) AS recent GROUP BY queue_name
+            """,
+            [state, QUEUE_SAMPLE],
+        )
+        sample = dict(cursor.fetchall())
+    sampled = sum(sample.values())
+    if sampled < QUEUE_SAMPLE:
+        return {name: Tally(value=n) for name, n in sample.items()}
+    if total.at_least:
+        return {name: Tally(value=n, exact=False, at_least=True) for name, n in sample.items()}
+    return {
+        name: Tally(value=round(total.value * n / sampled), exact=False)
+        for name, n in sample.items()
+    }
+
+
+def _none_in(split: dict[str, Tally]) -> Tally:
+    """What a queue absent from the split has: none, or none among the jobs sampled."""
+    sampled_all = all(t.exact for t in split.values())
+    return Tally(value=0, exact=sampled_all)
+
+
+def oldest_due(queue: str, now: datetime) -> datetime | None:
+    """The earliest run_after among the due jobs of `queue`.
+
+    The claim index orders a queue by priority, then run_after, so the earliest due job of each
+    priority is one probe; the priorities in use are found by skipping through the index.
+    """
+    table = connection.ops.quote_name(Job._meta.db_table)
+    # Written out, not bound, so the planner sees that the partial claim index applies.
+    claimable = "state IN (" + ", ".join(f"'{s.value}'" for s in CLAIMABLE) + ")"
+    due = f"queue_name = %s AND {claimable}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH RECURSIVE levels(priority) AS (
+                SELECT (SELECT priority FROM {table} WHERE {due}
+                        ORDER BY priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT priority FROM {table} WHERE {due} AND priority < levels.priority
+                        ORDER BY priority DESC LIMIT 1)
+                FROM levels WHERE levels.priority IS NOT NULL
+            )
+            SELECT (SELECT run_after FROM {table}
+                    WHERE {due} AND priority = levels.priority AND run_after <= %s
+                    ORDER BY run_after LIMIT 1) AS first_due
+            FROM levels WHERE levels.priority IS NOT NULL
+            """,
+            [queue, queue, queue, now],
+        )
+        found = [as_datetime(row[0]) for row in cursor.fetchall() if row[0] is not None]
+    return min(found, default=None)
+
+
+def _age(now, moment):
+    return now - moment if moment else None
+
+
+def as_datetime(value) -> datetime:
+    """A timestamp from a raw cursor: SQLite hands back text."""
+    if isinstance(value, datetime):
+        moment = value
+    else:
+        moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,7 +220,7 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
 
 
 def text_match(text: str) -> Q:
-    """Jobs whose id starts with `text` or whose task path contains it (case-insensitive)."""
+    """Jobs whose id is or starts with `text`, or whose task path contains it (any case)."""
     condition = Q(pk__in=[])
     digits = text.replace("-", "").lower()
     if 6 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
@@ -206,14 +283,48 @@ def dead_letter_page(filters: dict, *, cursor, limit) -> Page:
     return keyset_page(jobs, time_field="finished_at", cursor=cursor, limit=limit)
 
 
-def dead_letter_groups(filters: dict) -> list[dict]:
-    """Dead letters by task and error type: count, first and last seen, the largest first."""
-    return list(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeadLetterGroups:
+    rows: list[dict]
+    # How many of the most recent dead letters the groups cover.
+    window: int
+    # Do the groups cover every matching dead letter?
+    complete: bool
+
+
+def dead_letter_groups(filters: dict) -> DeadLetterGroups:
+    """The most recent dead letters by task and error type: count, first and last seen."""
+    recent = (
         dead_letters(filters)
-        .order_by()
-        .values("task_path", "error_type")
-        .annotate(count=Count("id"), first_seen=Min("finished_at"), last_seen=Max("finished_at"))
-        .order_by("-count", "task_path", "error_type")[:DEAD_LETTER_GROUPS]
+        .order_by("-finished_at", "-id")
+        .values("task_path", "error_type", "finished_at")[:DEAD_LETTER_WINDOW]
+    )
+    sql, params = recent.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT task_path, error_type, COUNT(*), MIN(finished_at), MAX(finished_at)
+            FROM ({sql}) AS recent
+            GROUP BY task_path, error_type
+            ORDER BY COUNT(*) DESC, task_path, error_type
+            """,
+            params,
+        )
+        rows = [
+            {
+                "task_path": task_path,
+                "error_type": error_type,
+                "count": count,
+                "first_seen": as_datetime(first),
+                "last_seen": as_datetime(last),
+            }
+            for task_path, error_type, count, first, last in cursor.fetchall()
+        ]
+    covered = sum(row["count"] for row in rows)
+    return DeadLetterGroups(
+        rows=rows[:DEAD_LETTER_GROUPS],
+        window=covered,
+        complete=covered < DEAD_LETTER_WINDOW,
     )
 
 
@@ -288,8 +399,13 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
         ).order_by("stopped_at", "-last_heartbeat_at")[:200]
     )
     running: dict[str, list] = {}
-    jobs = Job.objects.running().filter(worker_id__in=[n.id for n in nodes])
-    for job in jobs.only("id", "task_path", "queue_name", "worker_id", "started_at", "attempt"):
+    jobs = (
+        Job.objects.running()
+        .filter(worker_id__in=[n.id for n in nodes])
+        .only("id", "task_path", "queue_name", "worker_id", "started_at", "attempt")
+        .order_by("started_at")[:MAX_RUNNING_SHOWN]
+    )
+    for job in jobs:
         running.setdefault(job.worker_id, []).append(job)
     return [
         WorkerRow(

@@ -43,9 +43,9 @@ def overview(request):
     now = timezone.now()
     states = queries.state_tallies()
     context = {
-        "states": states,
-        "running": next(count for state, _, count in states if state == JobState.RUNNING),
-        "queues": queries.queue_rows(now),
+        "states": [(state, state.label, count) for state, count in states.items()],
+        "running": states[JobState.RUNNING],
+        "queues": queries.queue_rows(now, states),
         "workers": queries.worker_counts(),
         "chart": attempts_chart(queries.attempts_per_minute(now)),
     }

@@ -222,7 +222,7 @@ def test_operator_retries_a_dead_letter_and_is_sent_back_with_the_message(
     assert b"job put back in line" in response.content
     dead_letter.refresh_from_db()
     assert dead_letter.state == JobState.PENDING
-    assert str(dead_letter.id)[:8].encode() not in response.content
+    assert str(dead_letter.id)[-8:].encode() not in response.content
 
 
 @pytest.mark.django_db
@@ -272,7 +272,7 @@ def test_rerun_creates_one_new_run_linked_to_the_original_and_links_to_it(
     assert b"open the new run" in response.content
     page = operator_client.get(reverse("dashboard:job", args=[new.id])).content.decode()
     assert "rerun of" in page
-    assert str(dead_letter.id)[:8] in page
+    assert str(dead_letter.id)[-8:] in page
     dead_letter.refresh_from_db()
     assert dead_letter.state == JobState.DEAD_LETTER
 
@@ -477,7 +477,7 @@ def test_jobs_can_be_filtered_by_state_queue_task_and_text(viewer_client):
     assert listed("queue=emails") == {a, b}
     assert listed("task=app.tasks.build_report") == {b, c}
     assert listed("q=REPORT") == {b, c}
-    assert listed(f"q={str(a.id)[:8]}") == {a}
+    assert listed(f"q={str(a.id)[:23]}") == {a}
     assert listed(f"q={a.id}") == {a}
     assert listed("q=nothing-like-this") == set()
     assert listed("state=succeeded&queue=reports&task=app.tasks.build_report") == {c}
@@ -611,6 +611,38 @@ def test_counts_above_the_cap_are_marked_as_not_exact(viewer_client, monkeypatch
         assert count == "≈ 4"
     else:
         assert count == "2+"
+
+
+@pytest.mark.django_db
+def test_oldest_due_job_is_found_across_priorities_and_ignores_future_ones(viewer_client):
+    now = timezone.now()
+    make_job(queue_name="q1", priority=5, run_after=now - timedelta(minutes=1))
+    make_job(queue_name="q1", priority=0, run_after=now - timedelta(minutes=12))
+    make_job(queue_name="q1", priority=-3, run_after=now + timedelta(hours=2))
+    make_job(JobState.RETRYING, queue_name="q1", priority=9, attempt=1, run_after=now)
+    html = viewer_client.get("/").content.decode()
+    row = re.search(r'\?queue=q1">q1</a></th>(.*?)</tr>', html, re.S).group(1)
+    assert row.rstrip().endswith('<td class="num">12 min</td>')
+
+
+@pytest.mark.django_db
+def test_queue_split_beyond_the_sample_is_an_estimate(viewer_client, monkeypatch):
+    monkeypatch.setattr("dashboard.queries.QUEUE_SAMPLE", 2)
+    for _ in range(3):
+        make_job(queue_name="emails")
+    html = viewer_client.get("/").content.decode()
+    row = re.search(r'\?queue=emails">emails</a></th>(.*?)</tr>', html, re.S).group(1)
+    assert '<td class="num" title="about 3 (estimate)">≈ 3</td>' in row
+
+
+@pytest.mark.django_db
+def test_dead_letter_groups_cover_the_most_recent_window_and_say_so(viewer_client, monkeypatch):
+    monkeypatch.setattr("dashboard.queries.DEAD_LETTER_WINDOW", 3)
+    for _ in range(4):
+        make_job(JobState.DEAD_LETTER)
+    html = viewer_client.get("/dead-letters/").content.decode()
+    assert "Over the 3 most recent dead letters" in html
+    assert re.findall(r'<td class="num">(\d+)</td>', html) == ["3"]
 
 
 @pytest.mark.django_db
@@ -753,3 +785,32 @@ def test_htmx_is_vendored_and_served_from_static(client):
     assert response.status_code == 200
     body = b"".join(response.streaming_content) if response.streaming else response.content
     assert b"htmx" in body[:200]
+
+
+# With the real worker.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dead_letter_retried_from_the_console_succeeds_when_a_worker_runs(
+    client, django_user_model, run_worker
+):
+    from tests import tasks
+
+    client.force_login(make_user(django_user_model, "olivia", operate=True))
+    result = tasks.add.enqueue(2, 3)
+    Job.objects.filter(id=result.id).update(
+        state=JobState.DEAD_LETTER,
+        attempt=3,
+        max_attempts=3,
+        finished_at=timezone.now(),
+        error_type="ConnectionError",
+        dead_letter_reason="exhausted",
+    )
+    client.post(reverse("dashboard:retry", args=[result.id]))
+    worker = run_worker()
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.return_value, job.attempt) == (JobState.SUCCEEDED, 5, 4)
+    html = client.get(reverse("dashboard:job", args=[job.id])).content.decode()
+    assert "Attempt 4" in html and "badge-outcome-succeeded" in html
+    assert "Retry" not in buttons_in(html) and "Rerun" in buttons_in(html)

@@ -91,8 +91,14 @@ def reason_label(reason: str):
 
 
 @register.filter
+def number(value) -> str:
+    return f"{value:,}"
+
+
+@register.filter
 def short_id(value) -> str:
-    return str(value)[:8]
+    """The last 8 hex digits: ids are UUIDv7, whose leading digits are a shared timestamp."""
+    return str(value)[-8:]
 
 
 @register.filter
