@@ -18,13 +18,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--username", default="admin")
         parser.add_argument("--no-jobs", action="store_true", help="only create the login")
+        parser.add_argument(
+            "--url",
+            default="http://127.0.0.1:8000/",
+            help="where the console is served, for the message at the end",
+        )
 
-    def handle(self, *args, username, no_jobs, **options):
+    def handle(self, *args, username, no_jobs, url, **options):
         password = self._login(username)
         if not no_jobs:
             self._seed()
         self.stdout.write("")
-        self.stdout.write(self.style.SUCCESS("Console: http://127.0.0.1:8000/"))
+        self.stdout.write(self.style.SUCCESS(f"Console: {url}"))
         self.stdout.write(self.style.SUCCESS(f"Login:   {username} / {password}"))
 
     def _login(self, username):
