@@ -19,14 +19,25 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="admin")
         parser.add_argument("--no-jobs", action="store_true", help="only create the login")
         parser.add_argument(
+            "--again",
+            action="store_true",
+            help="seed demo jobs even if the database already has jobs",
+        )
+        parser.add_argument(
             "--url",
             default="http://127.0.0.1:8000/",
             help="where the console is served, for the message at the end",
         )
 
-    def handle(self, *args, username, no_jobs, url, **options):
+    def handle(self, *args, username, no_jobs, url, again, **options):
         password = self._login(username)
-        if not no_jobs:
+        existing = Job.objects.count()
+        if existing and not again and not no_jobs:
+            self.stdout.write(
+                f"the database already has {existing} jobs: no demo jobs added "
+                "(manage.py demo --again adds another set)"
+            )
+        elif not no_jobs:
             self._seed()
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"Console: {url}"))
