@@ -10,6 +10,7 @@ deadlines are enforced from outside without a message per job start.
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
@@ -57,7 +58,11 @@ class Executor:
         """items: [(seq, Claimed)]"""
         for seq, claimed in items:
             self.inflight[seq] = claimed
-        self.conn.send(items)
+        self.conn.send_bytes(_dumps(items))
+
+    def receive(self):
+        """The next batch of [(seq, Ran)] from the child; EOFError once it is gone."""
+        return pickle.loads(self.conn.recv_bytes())
 
     def running(self):
         """(seq, started_monotonic) of the job running now, or None."""
@@ -80,9 +85,15 @@ class Executor:
     def close(self):
         """Ask the child to exit after its current chunk."""
         try:
-            self.conn.send(None)
+            self.conn.send_bytes(_dumps(None))
         except (BrokenPipeError, OSError):
             pass
+
+
+def _dumps(value) -> bytes:
+    # Plain pickle over send_bytes: the per-message set-up of multiprocessing's own pickler
+    # costs more than the message itself for small jobs.
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def child_main(conn, status, stop_event, worker_id):
@@ -106,7 +117,7 @@ def child_main(conn, status, stop_event, worker_id):
     def flush():
         with lock:
             if buffer:
-                conn.send(list(buffer))
+                conn.send_bytes(_dumps(buffer))
                 buffer.clear()
 
     def flusher():
@@ -121,7 +132,7 @@ def child_main(conn, status, stop_event, worker_id):
     try:
         while True:
             try:
-                message = conn.recv()
+                message = pickle.loads(conn.recv_bytes())
             except (EOFError, OSError):
                 return
             if message is None:

@@ -323,7 +323,7 @@ class Worker:
             return
         if ready is executor.conn:
             try:
-                batch = executor.conn.recv()
+                batch = executor.receive()
             except (EOFError, OSError):
                 batch = None
             if batch is not None:
