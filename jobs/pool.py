@@ -77,10 +77,18 @@ class Executor:
         return self.process.is_alive()
 
     def kill(self):
+        """Stop the child at once; returns the result batches it had already sent."""
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
+        batches = []
+        try:
+            while self.conn.poll():
+                batches.append(self.receive())
+        except (EOFError, OSError):
+            pass
         self.conn.close()
+        return batches
 
     def close(self):
         """Ask the child to exit after its current chunk."""

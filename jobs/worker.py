@@ -333,6 +333,12 @@ class Worker:
         if not executor.alive():
             self._on_executor_died(executor)
 
+    def _collect(self, executor, batches):
+        """Results a stopped executor had sent before it went: they count, nothing re-runs."""
+        for batch in batches:
+            for seq, ran in batch:
+                self._on_result(executor, seq, ran)
+
     def _on_result(self, executor, seq, ran):
         claimed = executor.inflight.pop(seq, None)
         if claimed is None:
@@ -366,7 +372,7 @@ class Worker:
 
     def _replace_executor(self, executor, running, *, failure, kind="error"):
         """Kill an executor; settle the job it was running with `failure`; re-queue the rest."""
-        executor.kill()
+        self._collect(executor, executor.kill())
         requeue = []
         for seq, claimed in sorted(executor.inflight.items()):
             if running and seq == running[0]:
@@ -585,7 +591,7 @@ class Worker:
         self.dispatcher.ready.clear()
         for executor in list(self.executors):
             running = executor.running()
-            executor.kill()
+            self._collect(executor, executor.kill())
             for seq, claimed in sorted(executor.inflight.items()):
                 if claimed.id not in self.held:
                     continue
