@@ -319,6 +319,44 @@ def test_sigterm_lets_short_job_finish_and_hands_back_long_one(
 
 
 @pytest.mark.slow
+def test_repeated_sigterm_mid_drain_never_runs_a_job_twice_or_loses_one(
+    fast_leases, spawn_worker, subprocess_env
+):
+    """Workers stopped over and over while draining many short jobs: the jobs they had claimed
+    but not started are handed back uncounted, and no job runs twice."""
+    calls = [((f"d{i}", 0.01), {}) for i in range(300)]
+    ids = tasks.ledger_span.enqueue_many(calls)
+    for cycle in range(4):
+        worker = spawn_worker("--concurrency", "2", "--shutdown-timeout", "5")
+        done_before = Job.objects.filter(id__in=ids, state=JobState.SUCCEEDED).count()
+        wait_for(
+            lambda n=done_before: (
+                Job.objects.filter(id__in=ids, state=JobState.SUCCEEDED).count() >= n + 30
+            ),
+            timeout=30,
+            what=f"progress in cycle {cycle}",
+        )
+        if cycle % 2:
+            worker.signal_group(signal.SIGTERM)
+        else:
+            worker.signal(signal.SIGTERM)
+        assert worker.wait(15) == 0, worker.output()
+        assert_nothing_running()
+        assert_attempt_history_consistent(ids)
+    last = spawn_worker("--concurrency", "2", "--burst")
+    assert last.wait(120) == 0, last.output()
+
+    assert set(states_of(ids).values()) == {JobState.SUCCEEDED}
+    assert_attempt_history_consistent(ids)
+    outcomes = set(Attempt.objects.filter(job_id__in=ids).values_list("outcome", flat=True))
+    assert outcomes == {AttemptOutcome.SUCCEEDED}, outcomes  # 10 ms jobs finish in the drain
+    spans = spans_by_key(read_events(subprocess_env))
+    twice = {k: v for k, v in spans.items() if len(v) != 1}
+    assert not twice, twice
+    assert len(spans) == 300
+
+
+@pytest.mark.slow
 def test_second_signal_exits_at_once_and_still_records_the_interrupted_job(
     fast_leases, spawn_worker, subprocess_env
 ):
