@@ -24,8 +24,8 @@ MAX_NAMES = 500
 DEAD_LETTER_GROUPS = 50
 # The dead letters grouped on the page: the most recent ones, so the cost stays flat however
 # many have piled up.
-DEAD_LETTER_WINDOW = 5_000
-QUEUE_SAMPLE = 2_000
+DEAD_LETTER_WINDOW = 2_000
+QUEUE_SAMPLE = 1_000
 MAX_RUNNING_SHOWN = 500
 LINEAGE_DEPTH = 20
 FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON)
@@ -291,6 +291,11 @@ class DeadLetterGroups:
     # Do the groups cover every matching dead letter?
     complete: bool
 
+    @property
+    def total(self) -> Tally:
+        """The matching dead letters: exact when the groups cover them all."""
+        return Tally(value=self.window, exact=self.complete, at_least=not self.complete)
+
 
 def dead_letter_groups(filters: dict) -> DeadLetterGroups:
     """The most recent dead letters by task and error type: count, first and last seen."""
@@ -326,6 +331,13 @@ def dead_letter_groups(filters: dict) -> DeadLetterGroups:
         window=covered,
         complete=covered < DEAD_LETTER_WINDOW,
     )
+
+
+def dead_letter_total(filters: dict, groups: DeadLetterGroups) -> Tally:
+    """How many dead letters match: the state's tally when unfiltered, else the groups' sum."""
+    if filters:
+        return groups.total
+    return tally(dead_letters({}), STATE_CAP)
 
 
 def dead_letter_ids(filters: dict, *, cap: int) -> list[uuid.UUID]:

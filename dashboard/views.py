@@ -24,7 +24,6 @@ from . import queries
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
-from .counts import tally
 from .forms import BULK_CAP, BulkRetryForm, DeadLetterFilterForm, JobFilterForm
 from .permissions import can_view
 
@@ -103,9 +102,10 @@ def dead_letter_list(request):
     form = DeadLetterFilterForm(request.GET)
     context = {"form": form, "page": None, "bulk_cap": BULK_CAP}
     if form.is_valid():
+        groups = queries.dead_letter_groups(form.filters)
         context |= {
-            "groups": queries.dead_letter_groups(form.filters),
-            "matching": tally(queries.dead_letters(form.filters), BULK_CAP),
+            "groups": groups,
+            "matching": queries.dead_letter_total(form.filters, groups),
             "page": queries.dead_letter_page(
                 form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
             ),
