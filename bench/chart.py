@@ -55,7 +55,7 @@ def main(src, dst):
     ax1.set_yscale("log")
     ax1.set_ylabel("jobs/s (median, log scale)")
     ax1.set_title("Drain pre-enqueued no-op jobs (PostgreSQL)")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax1.grid(axis="y", which="both", alpha=0.3)
 
     names = sorted(latency, key=lambda v: v != "jobsite")

@@ -32,10 +32,10 @@ BASE_PYTHON = "/root/.pyenv/versions/3.13.0/bin/python"
 FULL = {
     "rounds": 3,
     "enqueue_n": 10_000, "enqueue_cap": 10,
-    "drain": [(10_000, [1, 2, 4], 20), (100_000, [4], 30)],  # (n, concurrencies, cap s)
+    "drain": [(10_000, [1, 2, 4], 15), (100_000, [4], 20)],  # (n, concurrencies, cap s)
     "latency_n": 1000, "latency_polling_n": {"django-tasks-db": 40, "django-q2": 100},
-    "retry_n": 2000, "retry_concurrency": 4, "retry_cap": 30,
-    "sqlite_drain": [(10_000, [1, 2, 4], 20)],
+    "retry_n": 2000, "retry_concurrency": 4, "retry_cap": 20,
+    "sqlite_drain": [(10_000, [1, 2, 4], 15)],
 }
 QUICK = {
     "rounds": 1,

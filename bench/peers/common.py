@@ -16,7 +16,7 @@ import sys
 import time
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
-IDLE_GAP = (0.005, 0.015)  # seconds between one job's start and the next enqueue (uniform)
+IDLE_GAP = (0.010, 0.030)  # seconds between one job's start and the next enqueue (uniform)
 _fd = None
 
 

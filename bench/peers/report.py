@@ -100,6 +100,21 @@ def markdown(path):
         COMMAND + "            # full matrix, ~45-60 min; --quick for a ~10 min smoke run",
         "```",
         "",
+        "How it works: `bench/run_all.py` installs each peer into its own virtualenv "
+        "(`bench/.peers/<name>/`, pinned in `bench/requirements-<name>.txt`), gives every system "
+        "its own fresh database on the same PostgreSQL, and drives each one through a small "
+        "adapter (`bench/peers/<name>_adapter.py`) run by the system's own interpreter. Every "
+        "system runs the same job body (`bench/peers/common.py`): it appends `id start-time` to "
+        "an execution log with one `O_APPEND` write. Rates and latencies come from that log, the "
+        "same way for every system, and after every run the harness checks that each job id ran "
+        "exactly once (retry scenarios: exactly twice / three times) and that the system's own "
+        "tables show nothing left running. Pre-enqueued queues are filled once per system with "
+        "its fastest insert path and cloned per run (`CREATE DATABASE ... TEMPLATE`). A drain "
+        "still going at the time cap is stopped with SIGTERM and measured over what ran (marked "
+        "†) — the slow peers would otherwise need hours. `--quick` (1 round, small N), `--only "
+        "drain,latency`, `--systems jobsite,pgqueuer`, `--jobsite-ref HEAD` (measure a commit, "
+        "not the working tree) and `--wait-quiet 600` (wait for load ≤ 1.5) narrow a run.",
+        "",
         f"**Machine:** {m.get('nproc')} cores ({m.get('cpu', '?')}), {m.get('mem_gb')} GB RAM, "
         f"{m.get('postgres', 'PostgreSQL ?')} on 127.0.0.1 with durable commits "
         f"(synchronous_commit={m.get('synchronous_commit')}, fsync={m.get('fsync')}), "
