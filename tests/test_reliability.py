@@ -13,6 +13,7 @@ import time
 import uuid
 
 import pytest
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -211,15 +212,16 @@ def _sqlite_writable():
         probe.close()
 
 
-def stop_group(worker):
-    """SIGSTOP the worker and its executors. On SQLite, never while it holds the write lock:
-    a stopped process holding it would block every other process (SQLite's design, not the
-    engine's), so resume and stop again until the lock is free."""
+def stop_group(worker, *, only_the_worker=False):
+    """SIGSTOP the worker and its executors (or the worker process alone). On SQLite, never
+    while it holds the write lock: a stopped process holding it would block every other process
+    (SQLite's design, not the engine's), so resume and stop again until the lock is free."""
+    send = worker.signal if only_the_worker else worker.signal_group
     for _ in range(50):
-        worker.signal_group(signal.SIGSTOP)
+        send(signal.SIGSTOP)
         if is_postgres() or _sqlite_writable():
             return
-        worker.signal_group(signal.SIGCONT)
+        send(signal.SIGCONT)
     raise AssertionError("could not stop the worker outside a write transaction")
 
 
@@ -269,6 +271,68 @@ def test_stalled_worker_is_fenced_off_after_its_lease_is_recovered(
     stop_cleanly(second)
     assert Attempt.objects.filter(job_id=jid).count() == 2
     assert_nothing_running()
+
+
+def holds_within(predicate, seconds):
+    """Whether `predicate` becomes true within `seconds` (polling; for asserting absence)."""
+    try:
+        wait_for(predicate, timeout=seconds, what="")
+        return True
+    except AssertionError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="see RELIABILITY_FINDINGS.md #8", strict=True)
+def test_executor_does_not_start_a_job_whose_lease_its_stalled_worker_lost(
+    fast_leases, spawn_worker, subprocess_env
+):
+    """The worker process stalls (GC pause, blocked on a lock, swapped out) while its executor
+    still has claimed jobs in hand. Once the leases are recovered elsewhere, the executor must
+    not start them: they belong to another worker now."""
+    first = spawn_worker("--concurrency", "1")
+    # Short jobs first, so that the worker sends its executor several jobs per chunk.
+    warmup = tasks.ledger_span.enqueue_many([((f"w{i}", 0), {}) for i in range(30)])
+    wait_for(lambda: all_terminal(warmup), timeout=30, what="the warm-up jobs")
+    with transaction.atomic():  # claimed together, sent in one chunk: long, then queued
+        long = job_id(tasks.ledger_span.using(priority=10).enqueue("long", LEASE_SECONDS * 2))
+        queued = job_id(tasks.ledger_span.enqueue("queued", 0))
+    wait_for(lambda: started(subprocess_env, "long"), timeout=30, what="the long job to start")
+    assert Job.objects.get(id=queued).worker_id == first.worker_id  # claimed with it
+    stop_group(first, only_the_worker=True)
+    try:
+        second = spawn_worker("--concurrency", "1")
+        wait_for(
+            lambda: Job.objects.filter(id=queued, state=JobState.SUCCEEDED).exists(),
+            timeout=LEASE_SECONDS + 30,
+            what="the second worker to recover and run the queued job",
+        )
+        recovered = attempts_of(queued)[0]
+        assert (recovered.outcome, recovered.worker_id) == (AttemptOutcome.LOST, first.worker_id)
+        wait_for(
+            lambda: any(
+                e.name == "end:long" and e.pgid == first.pid for e in read_events(subprocess_env)
+            ),
+            timeout=LEASE_SECONDS * 2 + 15,
+            what="the first executor to finish the long job",
+        )
+        restarted = holds_within(
+            lambda: any(
+                e.name == "start:queued" and e.pgid == first.pid
+                for e in read_events(subprocess_env)
+            ),
+            2,
+        )
+    finally:
+        first.signal(signal.SIGCONT)
+    assert not restarted, "the stalled worker's executor started a job recovered elsewhere"
+    stop_cleanly(first)
+    stop_cleanly(second)
+    assert Job.objects.get(id=queued).worker_id == second.worker_id
+    assert [(a.outcome, a.worker_id) for a in attempts_of(long)] == [
+        (AttemptOutcome.LOST, first.worker_id),
+        (AttemptOutcome.SUCCEEDED, second.worker_id),
+    ]
 
 
 # --- graceful shutdown ---------------------------------------------------------------------------
