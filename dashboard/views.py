@@ -6,7 +6,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.core.cache import cache
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -29,7 +28,6 @@ from .permissions import can_view
 
 SOURCE = "dashboard"
 # How long a Rerun form's token is remembered, so resubmitting that form cannot run twice.
-RERUN_TOKEN_SECONDS = 24 * 3600
 
 
 # Pages.
@@ -160,15 +158,13 @@ def cancel(request, job_id):
 @require_POST
 @operator_required
 def rerun(request, job_id):
+    # The form carries a one-time token: the same press sent twice reruns once, across processes.
     token = request.POST.get("token", "")[:64]
-    key = f"dashboard:rerun:{request.user.pk}:{token}"
-    if token and not cache.add(key, "", RERUN_TOKEN_SECONDS):
-        get_object_or_404(Job, id=job_id)
-        messages.warning(request, _already_rerun(cache.get(key)))
+    key = f"dashboard:{request.user.pk}:{token}" if token else ""
+    result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
+    if not result.changed and result.new_job is not None:
+        messages.warning(request, _already_rerun(result.new_job.id))
         return _back(request, job_id)
-    result = actions.rerun_job(job_id, user=request.user, source=SOURCE)
-    if result.new_job is not None and token:
-        cache.set(key, str(result.new_job.id), RERUN_TOKEN_SECONDS)
     return _report(request, result, job_id)
 
 
@@ -227,8 +223,6 @@ def _back(request, job_id):
 
 
 def _already_rerun(new_id):
-    if not new_id:
-        return "this rerun is already under way"
     url = reverse("dashboard:job", args=[new_id])
     return format_html('already rerun from this page: <a href="{}">open the new run</a>', url)
 

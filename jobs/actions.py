@@ -8,7 +8,7 @@ to have an audit entry written (the console and the API always do).
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -104,40 +104,67 @@ def _exhausted():
     )
 
 
-def rerun_job(job_or_id, *, user=None, source="python") -> ActionResult:
+def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> ActionResult:
+    """Enqueue a new run. A repeated `request_key` (one press of a button) has one effect."""
     job_id = _job_id(job_or_id)
     original = Job.objects.filter(id=job_id).first() if job_id else None
     if original is None:
         return ActionResult(False, "no such job")
+    if request_key:
+        earlier = _earlier_rerun(request_key)
+        if earlier is not None:
+            return earlier
     if original.state not in TERMINAL:
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)
         return ActionResult(False, message, job=original)
     new_id = uuid.uuid4()
-    with transaction.atomic():
-        store.insert_jobs(
-            [
-                {
-                    "id": new_id,
-                    "task_path": original.task_path,
-                    "backend": original.backend,
-                    "args": original.args,
-                    "kwargs": original.kwargs,
-                    "queue_name": original.queue_name,
-                    "priority": original.priority,
-                    "state": JobState.PENDING,
-                    "attempt": 0,
-                    "max_attempts": original.max_attempts,
-                    "timeout": original.timeout,
-                    "rerun_of_id": original.id,
-                }
-            ]
-        )
-        _audit(
-            original.id, "rerun", "new run enqueued", user=user, source=source, result_job_id=new_id
-        )
+    try:
+        with transaction.atomic():
+            store.insert_jobs(
+                [
+                    {
+                        "id": new_id,
+                        "task_path": original.task_path,
+                        "backend": original.backend,
+                        "args": original.args,
+                        "kwargs": original.kwargs,
+                        "queue_name": original.queue_name,
+                        "priority": original.priority,
+                        "state": JobState.PENDING,
+                        "attempt": 0,
+                        "max_attempts": original.max_attempts,
+                        "timeout": original.timeout,
+                        "rerun_of_id": original.id,
+                    }
+                ]
+            )
+            AuditEntry.objects.create(
+                job_id=original.id,
+                user=user if getattr(user, "pk", None) else None,
+                username=user.get_username() if user else "",
+                action="rerun",
+                source=source,
+                outcome="new run enqueued",
+                result_job_id=new_id,
+                request_key=request_key,
+            )
+    except IntegrityError:
+        # The same press arrived twice at once: the other one made the run.
+        earlier = _earlier_rerun(request_key) if request_key else None
+        if earlier is None:
+            raise
+        return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def _earlier_rerun(request_key):
+    entry = AuditEntry.objects.filter(request_key=request_key).first()
+    if entry is None:
+        return None
+    new_job = Job.objects.filter(id=entry.result_job_id).first()
+    return ActionResult(False, "already rerun", job=entry.job, new_job=new_job)
 
 
 def cancel_job(job_or_id, *, user=None, source="python") -> ActionResult:

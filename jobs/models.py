@@ -161,6 +161,12 @@ class Job(models.Model):
             models.Index(fields=["task_path", "-enqueued_at", "-id"], name="job_task_recent"),
             models.Index(fields=["state", "-finished_at"], name="job_state_finished"),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent"),
+            # Dead letters grouped by task and error (the console's dead-letter page).
+            models.Index(
+                fields=["task_path", "error_type", "-finished_at"],
+                condition=Q(state="dead_letter"),
+                name="job_dead_letter_group",
+            ),
             models.Index(
                 fields=["rerun_of"], condition=Q(rerun_of__isnull=False), name="job_rerun_of"
             ),
@@ -250,11 +256,18 @@ class AuditEntry(models.Model):
     outcome = models.CharField(max_length=255, blank=True, default="")
     # The job an action created, e.g. the new run of a rerun.
     result_job_id = models.UUIDField(null=True, blank=True)
+    # A caller's key for one press of a button: the same key twice has one effect.
+    request_key = models.CharField(max_length=100, blank=True, default="")
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["job", "-at"], name="audit_job_recent")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request_key"], condition=~Q(request_key=""), name="audit_request_once"
+            )
+        ]
 
     def __str__(self):
         return (

@@ -89,7 +89,11 @@ def database_from_environment():
     url = os.environ.get("DATABASE_URL", "").strip()
     if not url:
         url = f"sqlite:///{BASE_DIR / 'jobsite.sqlite3'}"
-    config = dj_database_url.parse(url, conn_max_age=0)
+    # Persistent, health-checked connections: a new PostgreSQL connection per request costs
+    # more than most console pages.
+    config = dj_database_url.parse(
+        url, conn_max_age=int(os.environ.get("JOBSITE_CONN_MAX_AGE", 60)), conn_health_checks=True
+    )
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {
             # Every write transaction takes the write lock up front, so two processes never
@@ -157,8 +161,10 @@ STORAGES = {
         )
     },
 }
-# Serve from the app folders too, so a fresh checkout works before collectstatic.
+# Serve from the app folders too, and fall back to unhashed names, so a fresh checkout works
+# before collectstatic (production runs it: hashed names, long cache lifetimes).
 WHITENOISE_USE_FINDERS = True
+WHITENOISE_MANIFEST_STRICT = False
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Security headers: no inline scripts, no framing, no third-party origins.

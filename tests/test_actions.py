@@ -172,3 +172,14 @@ def test_concurrent_retries_of_one_job_have_one_effect():
     for t in threads:
         t.join()
     assert sorted(results) == [False] * 7 + [True]
+
+
+def test_a_rerun_with_the_same_request_key_has_one_effect():
+    original = make_job(JobState.DEAD_LETTER)
+    first = actions.rerun_job(original.id, request_key="press-1")
+    second = actions.rerun_job(original.id, request_key="press-1")
+    assert first.changed and not second.changed
+    assert second.message == "already rerun" and second.new_job.id == first.new_job.id
+    assert Job.objects.filter(rerun_of=original).count() == 1
+    third = actions.rerun_job(original.id, request_key="press-2")
+    assert third.changed and Job.objects.filter(rerun_of=original).count() == 2

@@ -148,7 +148,7 @@ def test_operator_reruns_a_job_and_follows_the_link_to_the_new_run(open_console,
     page.get_by_role("link", name="open the new run").click()
     new = Job.objects.get(rerun_of=job)
     expect(page).to_have_url(f"{page.url.split('/jobs/')[0]}/jobs/{new.id}/")
-    expect(page.locator("#job .job-state")).to_contain_text(f"rerun of {str(job.id)[-8:]}")
+    expect(page.locator("#job .job-state")).to_contain_text(f"rerun of {str(job.id)[:8]}")
     expect(page.locator("#job .job-state .badge")).to_have_text("Pending")
     page.screenshot(path=screenshots / "job-rerun.png", full_page=True)
 

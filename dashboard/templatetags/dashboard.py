@@ -97,8 +97,8 @@ def number(value) -> str:
 
 @register.filter
 def short_id(value) -> str:
-    """The last 8 hex digits: ids are UUIDv7, whose leading digits are a shared timestamp."""
-    return str(value)[-8:]
+    """The first 8 hex digits, which the job search also takes."""
+    return str(value)[:8]
 
 
 @register.filter
