@@ -52,11 +52,6 @@ def wait_for(predicate, *, timeout, what, interval=0.05):
         time.sleep(interval)  # polling interval, not synchronisation
 
 
-def short_type(error_type: str) -> str:
-    """`jobs.errors.WorkerLost` -> `WorkerLost` (see RELIABILITY_FINDINGS.md #1)."""
-    return error_type.rsplit(".", 1)[-1]
-
-
 # --- the ledger: lines the test tasks write ----------------------------------------------------
 
 
