@@ -33,8 +33,9 @@ class Executor:
         ctx = _context()
         self.index = index
         self.conn, child_conn = ctx.Pipe()
-        # [seq of the job running now (IDLE when none), monotonic time it started]
-        self.status = ctx.RawArray("d", [IDLE, 0.0])
+        # [seq of the job running now (IDLE when none), monotonic time it started,
+        #  monotonic time until which the worker's last lease renewal holds]
+        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0])
         self.process = ctx.Process(
             target=child_main,
             args=(child_conn, self.status, stop_event, worker_id),
@@ -45,6 +46,9 @@ class Executor:
         child_conn.close()
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
+
+    def leases_hold_until(self, moment: float):
+        self.status[2] = moment
 
     @property
     def pid(self):
@@ -104,8 +108,32 @@ def _dumps(value) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _die_with_parent() -> int:
+    """Have the kernel SIGKILL this process when the worker dies (Linux PR_SET_PDEATHSIG).
+
+    An executor that outlived its worker would run on while another worker recovers its jobs:
+    the same job twice at the same time. Returns the worker's pid for the fallback check.
+    """
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the flusher's parent check still applies
+    if os.getppid() != parent:
+        os._exit(70)  # the worker died before the kernel was told
+    return parent
+
+
+def _lease_holds(claimed, status) -> bool:
+    """Whether the job's lease is sure to hold now: from its claim, or the last renewal."""
+    return time.monotonic() < max(claimed.lease_until, status[2])
+
+
 def child_main(conn, status, stop_event, worker_id):
     """Entry point of an executor process."""
+    parent = _die_with_parent()
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
     # process group must not kill a job half-way.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -128,9 +156,18 @@ def child_main(conn, status, stop_event, worker_id):
                 conn.send_bytes(_dumps(buffer))
                 buffer.clear()
 
+    current = [None]
+
     def flusher():
         # Results of jobs that finished before a long one must not wait for it.
         while not done.wait(FLUSH_INTERVAL):
+            if os.getppid() != parent:
+                os._exit(70)  # the worker is gone; others will recover its jobs
+            running = current[0]
+            if running is not None and not _lease_holds(running, status):
+                # The worker stalled and could not renew: another worker may recover this job
+                # any moment, and it must not run in two places at once.
+                os._exit(75)
             try:
                 flush()
             except (BrokenPipeError, OSError):
@@ -146,7 +183,8 @@ def child_main(conn, status, stop_event, worker_id):
             if message is None:
                 return
             for seq, claimed in message:
-                if stop_event.is_set():
+                # A job whose lease may be gone belongs to whoever recovers it: never start it.
+                if stop_event.is_set() or not _lease_holds(claimed, status):
                     with lock:
                         buffer.append((seq, Ran(claimed.id, "released")))
                     continue
@@ -154,10 +192,16 @@ def child_main(conn, status, stop_event, worker_id):
                     flush()  # nothing may be lost if the worker kills us for this one
                 status[1] = time.monotonic()
                 status[0] = float(seq)
+                current[0] = claimed
                 ran = run_attempt(claimed, worker_id=worker_id)
+                current[0] = None
                 status[0] = IDLE
                 with lock:
                     buffer.append((seq, ran))
+                # Batching only pays for tiny jobs; and once the worker is stopping, a result
+                # must be out before the worker's deadline may kill us.
+                if stop_event.is_set() or time.monotonic() - status[1] > FLUSH_INTERVAL:
+                    flush()
                 _tidy_connections(connections)
             flush()
     finally:

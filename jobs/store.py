@@ -288,6 +288,8 @@ class Claimed:
     enqueued_at: datetime | None = None
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
+    # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
+    lease_until: float = field(default=0.0, compare=False)
 
 
 def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
@@ -821,14 +823,20 @@ class Expired:
         )
 
 
-def expired_leases(limit: int = 200) -> list[Expired]:
-    """Running jobs whose lease ran out (their worker died, stalled or was cut off)."""
+def expired_leases(limit: int = 200, *, lock: bool = False) -> list[Expired]:
+    """Running jobs whose lease ran out (their worker died, stalled or was cut off).
+
+    With `lock` (inside a transaction), the rows are locked for the caller, and rows another
+    session holds — a stalled worker half-way through recording them — are left for a later
+    round: waiting for that session would stall the caller too.
+    """
     d = dialect()
+    skip = " FOR UPDATE SKIP LOCKED" if lock and d.pg else ""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, lease_id, task_path, backend, attempt, max_attempts, worker_id, "
             f"started_at FROM {JOB} WHERE state = 'running' AND lease_expires_at < {d.now} "
-            f"ORDER BY lease_expires_at LIMIT %s",
+            f"ORDER BY lease_expires_at LIMIT %s{skip}",
             [limit],
         )
         rows = cursor.fetchall()

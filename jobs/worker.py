@@ -22,7 +22,9 @@ from django.db import (
     OperationalError,
     ProgrammingError,
     connection,
+    transaction,
 )
+from django.db.backends.signals import connection_created
 from django.tasks import task_backends
 from django.utils import timezone
 
@@ -147,12 +149,18 @@ class Worker:
         self.wake_w.setblocking(False)
         self.exit_code = 0
         self.last_claim_full = False
+        self.leases_hold_until = 0.0
+        # Slack for the executors: they must have stopped before another worker may recover.
+        self.lease_margin = min(1.0, config.heartbeat_seconds / 2)
         self.unlogged_claims = 0
         self.last_claim_log = 0.0
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self) -> int:
+        connection_created.connect(self._session_limits, weak=False)
+        if connection.connection is not None:
+            self._session_limits(None, connection)
         self._install_signal_handlers()
         self.stop_event = _context().Event()
         self.executors = [
@@ -202,6 +210,21 @@ class Worker:
                     self.stop_requested_at = now
                     continue
             self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
+
+    def _session_limits(self, sender, connection, **kwargs):
+        """A stalled worker must not hold locks longer than a lease, nor wait on one longer
+        than a heartbeat (PostgreSQL ends the session or the statement; we reconnect)."""
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('lock_timeout', %s, false)",
+                [
+                    f"{int(self.config.lease_seconds * 1000)}ms",
+                    f"{int(self.config.heartbeat_seconds * 1000)}ms",
+                ],
+            )
 
     def _max_jobs_reached(self):
         return self.config.max_jobs is not None and self.claimed_total >= self.config.max_jobs
@@ -281,6 +304,7 @@ class Worker:
         if not self.finishes and not limit:
             return 0
         pending = self.finishes
+        sent = time.monotonic()
         result = self._with_db(
             store.finish_and_claim,
             pending,
@@ -294,7 +318,9 @@ class Worker:
         applied, claimed = result
         self.finishes = []
         self._settle(pending, applied)
+        lease_until = sent + self.config.lease_seconds - self.lease_margin
         for c in claimed:
+            c.lease_until = lease_until
             self.held[c.id] = Held(c)
             self.dispatcher.ready.append(c)
         self.claimed_total += len(claimed)
@@ -389,6 +415,7 @@ class Worker:
         index = self.executors.index(executor)
         if not self.stopping:
             self.executors[index] = Executor(executor.index, self.worker_id, self.stop_event)
+            self.executors[index].leases_hold_until(self.leases_hold_until)
         else:
             self.executors.pop(index)
             for claimed in requeue:
@@ -511,7 +538,13 @@ class Worker:
                 h.claimed.timeout and h.claimed.began and now - h.claimed.began > h.claimed.timeout
             )
         ]
+        sent = time.monotonic()
         held_ids = store.renew_leases(renewable, self.config.lease_seconds)
+        # Every lease still held runs at least until sent + lease (by the database's clock,
+        # which started counting after `sent`); executors start nothing past that.
+        self.leases_hold_until = sent + self.config.lease_seconds - self.lease_margin
+        for executor in self.executors:
+            executor.leases_hold_until(self.leases_hold_until)
         for job_id, _ in renewable:
             if job_id not in held_ids and not any(f.job_id == job_id for f in self.finishes):
                 self._abandon(job_id)
@@ -525,17 +558,18 @@ class Worker:
         logger.warning(
             "job %s: lease lost (this worker stalled or was cut off); abandoning it", job_id
         )
-        for executor in list(self.executors):
-            running = executor.running()
-            if running and executor.inflight.get(running[0]) is held.claimed:
-                executor.inflight.pop(running[0], None)
-                self._replace_executor(executor, None, failure=WorkerLost("lease lost"))
-                break
-            for seq, claimed in list(executor.inflight.items()):
-                if claimed is held.claimed:
-                    executor.inflight.pop(seq)
         if held.claimed in self.dispatcher.ready:
             self.dispatcher.ready.remove(held.claimed)
+        for executor in list(self.executors):
+            for seq, claimed in list(executor.inflight.items()):
+                if claimed is held.claimed:
+                    # Its executor may not start or go on with it: the job belongs to whoever
+                    # recovered it. Stop that executor; its other jobs go back in line.
+                    executor.inflight.pop(seq)
+                    self._replace_executor(
+                        executor, executor.running(), failure=WorkerLost("lease lost")
+                    )
+                    return
 
     def _check_cancels(self):
         if not self.held:
@@ -688,22 +722,23 @@ def _reset_connection():
 
 def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
     """Rescue running jobs whose worker stopped renewing its lease, through the retry flow."""
-    expired = store.expired_leases(limit)
-    if not expired:
-        return 0
-    claims = {e.id: e.as_claimed() for e in expired}
-    finishes = []
-    for e in expired:
-        ran = ex.failure_from_outside(
-            claims[e.id],
-            WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
-            kind=AttemptOutcome.LOST,
-            started_at=e.started_at,
-        )
-        finish = ex.decide(claims[e.id], ran, worker_id=e.worker_id)
-        finish.only_if_expired = True
-        finishes.append(finish)
-    applied = store.finish(finishes)
+    with transaction.atomic():
+        expired = store.expired_leases(limit, lock=True)
+        if not expired:
+            return 0
+        claims = {e.id: e.as_claimed() for e in expired}
+        finishes = []
+        for e in expired:
+            ran = ex.failure_from_outside(
+                claims[e.id],
+                WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
+                kind=AttemptOutcome.LOST,
+                started_at=e.started_at,
+            )
+            finish = ex.decide(claims[e.id], ran, worker_id=e.worker_id)
+            finish.only_if_expired = True
+            finishes.append(finish)
+        applied = store.finish(finishes)
     for f in applied:
         ex.announce(f, claims[f.job_id])
         logger.warning(
