@@ -292,6 +292,31 @@ class Claimed:
     lease_until: float = field(default=0.0, compare=False)
 
 
+CLAIMED_COLUMNS = (
+    "id, task_path, {args}, attempt, max_attempts, timeout, queue_name, priority, backend, "
+    "started_at, enqueued_at"
+)
+
+
+def _claimed_from_row(d: _Dialect, r, lease_id) -> Claimed:
+    """A row of CLAIMED_COLUMNS as a Claimed."""
+    return Claimed(
+        id=d.parse_uuid(r[0]),
+        lease_id=lease_id,
+        task_path=r[1],
+        args_json=r[2],
+        kwargs_json=r[3],
+        attempt=r[4],
+        max_attempts=r[5],
+        timeout=r[6],
+        queue_name=r[7],
+        priority=r[8],
+        backend=r[9],
+        started_at=d.parse_time(r[10]),
+        enqueued_at=d.parse_time(r[11]),
+    )
+
+
 def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
     """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
     d = dialect()
@@ -318,8 +343,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
             ORDER BY priority DESC, run_after
             LIMIT %s {lock}
         )
-        RETURNING id, task_path, {args_col}, attempt, max_attempts, timeout, queue_name,
-            priority, backend, started_at, enqueued_at
+        RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
     """
     params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
     if d.pg:
@@ -330,24 +354,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-    claimed = [
-        Claimed(
-            id=d.parse_uuid(r[0]),
-            lease_id=lease_id,
-            task_path=r[1],
-            args_json=r[2],
-            kwargs_json=r[3],
-            attempt=r[4],
-            max_attempts=r[5],
-            timeout=r[6],
-            queue_name=r[7],
-            priority=r[8],
-            backend=r[9],
-            started_at=d.parse_time(r[10]),
-            enqueued_at=d.parse_time(r[11]),
-        )
-        for r in rows
-    ]
+    claimed = [_claimed_from_row(d, r, lease_id) for r in rows]
     claimed.sort(key=lambda c: -c.priority)
     return claimed
 
@@ -361,31 +368,14 @@ def claim_one(job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None
         UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
             lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
         WHERE id = {d.uuid} AND state IN ({CLAIMABLE_SQL}) AND attempt < max_attempts
-        RETURNING id, task_path, {args_col}, attempt, max_attempts, timeout, queue_name,
-            priority, backend, started_at, enqueued_at
+        RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
     """
     with connection.cursor() as cursor:
         cursor.execute(
             sql, [d.uuid_value(lease_id), lease_seconds, worker_id, d.uuid_value(job_id)]
         )
         r = cursor.fetchone()
-    if r is None:
-        return None
-    return Claimed(
-        id=d.parse_uuid(r[0]),
-        lease_id=lease_id,
-        task_path=r[1],
-        args_json=r[2],
-        kwargs_json=r[3],
-        attempt=r[4],
-        max_attempts=r[5],
-        timeout=r[6],
-        queue_name=r[7],
-        priority=r[8],
-        backend=r[9],
-        started_at=d.parse_time(r[10]),
-        enqueued_at=d.parse_time(r[11]),
-    )
+    return None if r is None else _claimed_from_row(d, r, lease_id)
 
 
 # --- finish ----------------------------------------------------------------------------------

@@ -157,14 +157,13 @@ STORAGES = {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            else "jobsite.storage.StaticStorage"
         )
     },
 }
-# Serve from the app folders too, and fall back to unhashed names, so a fresh checkout works
-# before collectstatic (production runs it: hashed names, long cache lifetimes).
+# Serve from the app folders too, so a fresh checkout works before collectstatic (production
+# runs it: hashed names, long cache lifetimes).
 WHITENOISE_USE_FINDERS = True
-WHITENOISE_MANIFEST_STRICT = False
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Security headers: no inline scripts, no framing, no third-party origins.

@@ -59,14 +59,6 @@ def browser(monkeypatch):
         browser.close()
 
 
-@pytest.fixture(autouse=True)
-def unhashed_static_files(settings):
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-
-
 @pytest.fixture
 def operator(django_user_model):
     return make_user(django_user_model, "olivia", operate=True)

@@ -71,15 +71,6 @@ def buttons_in(html: str) -> list[str]:
 # Fixtures.
 
 
-@pytest.fixture(autouse=True)
-def unhashed_static_files(settings):
-    # The manifest storage needs collectstatic; the pages only need the URLs.
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-
-
 @pytest.fixture
 def operator(django_user_model):
     return make_user(django_user_model, "olivia", operate=True)
