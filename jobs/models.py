@@ -18,14 +18,8 @@ ACTIVE_STATES = sorted(ACTIVE)
 
 
 class JobQuerySet(models.QuerySet):
-    def terminal(self):
-        return self.filter(state__in=TERMINAL_STATES)
-
     def active(self):
         return self.filter(state__in=ACTIVE_STATES)
-
-    def dead_letters(self):
-        return self.filter(state=JobState.DEAD_LETTER)
 
     def running(self):
         return self.filter(state=JobState.RUNNING)

@@ -8,7 +8,6 @@ Times come from the database clock on PostgreSQL (`now()`), and from `jobsite_no
 a function registered on every SQLite connection (one machine, so one clock).
 """
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -896,10 +895,3 @@ def compact_counters() -> None:
             f"INSERT INTO {COUNTER} (name, value) VALUES (%s, %s)",
             [(name, total) for name, total, _ in totals],
         )
-
-
-def loads(text):
-    """Stored JSON as Python (SQLite gives text, PostgreSQL's ::text cast too)."""
-    if text is None:
-        return None
-    return json.loads(text) if isinstance(text, str) else text
