@@ -47,10 +47,6 @@ class _Dialect:
         self.pg = vendor == "postgresql"
         self.now = "now()" if self.pg else "jobsite_now()"
         self.uuid = "%s::uuid" if self.pg else "%s"
-        self.json = "%s::jsonb" if self.pg else "%s"
-        self.float = "%s::float8" if self.pg else "%s"
-        self.int = "%s::int" if self.pg else "%s"
-        self.text = "%s::text" if self.pg else "%s"
 
     def after(self, expr):
         """now + `expr` seconds."""
