@@ -14,6 +14,7 @@ Raw results: bench/results/run-<stamp>/results.json (git-ignored). Never part of
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -48,12 +49,16 @@ QUICK = {
 
 # Which configurations take part in which scenario. Enqueueing does not depend on the worker
 # configuration; django-tasks-db's "fast" only changes idle polling, so it joins the latency runs.
-PG_DRAIN = [("jobsite", "default"), ("django-tasks-db", "default"), ("procrastinate", "default"),
-            ("django-q2", "default"), ("django-q2", "fast"), ("pgqueuer", "default"),
+# "fast-persistent" = "fast" + persistent database connections (CONN_MAX_AGE = None): both
+# Django peers call close_old_connections() around each task, so with Django's default they
+# reconnect to PostgreSQL for every job.
+PG_DRAIN = [("jobsite", "default"), ("django-tasks-db", "default"),
+            ("django-tasks-db", "fast-persistent"), ("procrastinate", "default"),
+            ("django-q2", "default"), ("django-q2", "fast-persistent"), ("pgqueuer", "default"),
             ("pgqueuer", "fast")]
 PG_LATENCY = [("jobsite", "default"), ("django-tasks-db", "default"),
-              ("django-tasks-db", "fast"), ("procrastinate", "default"), ("django-q2", "default"),
-              ("django-q2", "fast"), ("pgqueuer", "default")]
+              ("django-tasks-db", "fast-persistent"), ("procrastinate", "default"),
+              ("django-q2", "default"), ("django-q2", "fast-persistent"), ("pgqueuer", "default")]
 PG_ENQUEUE = [("jobsite", "default"), ("django-tasks-db", "default"),
               ("procrastinate", "default"), ("django-q2", "default"), ("pgqueuer", "default")]
 PG_RETRY = [("jobsite", "default"), ("procrastinate", "default"), ("django-q2", "default"),
@@ -122,6 +127,14 @@ def main():
     parser.add_argument("--jobsite-ref", metavar="GIT_REF",
                         help="measure jobsite at this commit (a `git archive` snapshot under "
                              "bench/.peers/) instead of the working tree")
+    parser.add_argument("--variants", metavar="SYSTEM:CONFIG,...",
+                        help="run only these system/configuration pairs (in the scenarios "
+                             "whose lists name the system)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help="override one entry of the plan, e.g. --set 'drain=[[10000,[4],15]]'")
+    parser.add_argument("--merge-into", metavar="RESULTS_JSON",
+                        help="add this run's measurements to an earlier results.json (a "
+                             "supplement) and report from the merged file")
     parser.add_argument("--no-readme", action="store_true",
                         help="do not rewrite bench/README.md / bench/chart.png")
     args = parser.parse_args()
@@ -129,8 +142,15 @@ def main():
     plan = dict(QUICK if args.quick else FULL)
     if args.rounds:
         plan["rounds"] = args.rounds
+    for item in args.set:
+        key, value = item.split("=", 1)
+        if key not in plan:
+            parser.error(f"--set: unknown plan key {key!r} (one of {', '.join(plan)})")
+        plan[key] = json.loads(value)
     scenarios = args.only.split(",") if args.only else SCENARIOS
     wanted = set(args.systems.split(",")) if args.systems else None
+    only_pairs = ([tuple(p.split(":", 1)) for p in args.variants.split(",")]
+                  if args.variants else None)
 
     jobsite_source = jobsite_snapshot(args.jobsite_ref)
     specs = h.load_specs()
@@ -149,6 +169,9 @@ def main():
 
     def variants(pairs, db="postgres"):
         out = []
+        if only_pairs:
+            names = {name for name, _ in pairs}
+            pairs = [p for p in only_pairs if p[0] in names]
         for name, config in pairs:
             if wanted and name not in wanted:
                 continue
@@ -259,14 +282,18 @@ def main():
     run.save()
     h.log(f"done in {run.meta['duration_s'] / 60:.1f} min; {len(run.records)} measurements, "
           f"{len(run.failures)} failures")
-    markdown = report.markdown(run.dir / "results.json")
+    source = run.dir / "results.json"
+    if args.merge_into:
+        source = report.merge(Path(args.merge_into), source)
+        h.log(f"merged into {source}")
+    markdown = report.markdown(source)
     (run.dir / "summary.md").write_text(markdown)
     print(markdown)
     if not args.no_readme:
         report.update_readme(markdown)
         chart_python = ROOT / "bench/.peers/chart/bin/python"
         subprocess.run([str(chart_python), str(ROOT / "bench/chart.py"),
-                        str(run.dir / "results.json"), str(ROOT / "bench/chart.png")], check=False)
+                        str(source), str(ROOT / "bench/chart.png")], check=False)
         h.log("bench/README.md (## Side by side) and bench/chart.png updated")
 
 

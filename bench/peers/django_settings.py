@@ -22,6 +22,14 @@ else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": _name,
                              "USER": "postgres", "HOST": "127.0.0.1", "PORT": "5432"}}
 
+# BENCH_CONN_MAX_AGE=none: persistent connections (Django's CONN_MAX_AGE = None). Both peers
+# call close_old_connections() around every task / broker call, so with Django's default (0)
+# they open a new PostgreSQL connection each time.
+if os.environ.get("BENCH_CONN_MAX_AGE"):
+    _age = os.environ["BENCH_CONN_MAX_AGE"]
+    DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "none" else int(_age)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
 _app = os.environ["BENCH_APP"]
 if _app == "django_tasks_db":
     INSTALLED_APPS = ["django_tasks_db"]

@@ -26,7 +26,9 @@ class Spec:
     # fast (its docs: bulk for fewer broker round trips, lower poll; save_limit -1 = no success
     # storage at all).
     configs = {"default": {},
-               "fast": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1}}
+               "fast": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1},
+               # fast + persistent database connections (CONN_MAX_AGE = None)
+               "fast-persistent": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1}}
     # retry scenarios: the shortest lease the ORM broker accepts (retry > timeout).
     retry_config = {"timeout": 1, "retry": 2, "max_attempts": 3}
     notes = "one `qcluster` with workers=N (ORM broker)"
@@ -40,9 +42,12 @@ class Spec:
         q = dict(self.configs.get(config, {}), workers=concurrency)
         if retry:
             q.update(self.retry_config)
-        return {"BENCH_DB_URL": self.db_url, "BENCH_APP": "django_q",
-                "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings",
-                "BENCH_Q_CLUSTER": json.dumps(q)}
+        env = {"BENCH_DB_URL": self.db_url, "BENCH_APP": "django_q",
+               "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings",
+               "BENCH_Q_CLUSTER": json.dumps(q)}
+        if config == "fast-persistent":
+            env["BENCH_CONN_MAX_AGE"] = "none"
+        return env
 
     def worker_cmds(self, config, concurrency, burst):
         return [[self.python, "-m", "django", "qcluster"]]

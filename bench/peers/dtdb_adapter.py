@@ -21,8 +21,10 @@ class Spec:
     retries = False
     # default: --interval 1 (poll once a second when idle) and a random start-up delay;
     # fast: poll every 10 ms, no start-up delay.
+    # persistent: fast + persistent database connections (CONN_MAX_AGE = None).
     configs = {"default": {"args": []},
-               "fast": {"args": ["--interval", "0.01", "--no-startup-delay"]}}
+               "fast": {"args": ["--interval", "0.01", "--no-startup-delay"]},
+               "fast-persistent": {"args": ["--interval", "0.01", "--no-startup-delay"]}}
     notes = "N x `db_worker --batch --queue-name '*' --verbosity 0` processes"
 
     def __init__(self, db_url):
@@ -31,7 +33,9 @@ class Spec:
     def env(self, config, concurrency=1, retry=False):
         env = {"BENCH_DB_URL": self.db_url, "BENCH_APP": "django_tasks_db",
                "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings"}
-        if self.db_url.startswith("sqlite") and config == "fast":
+        if config == "fast-persistent":
+            env["BENCH_CONN_MAX_AGE"] = "none"
+        if self.db_url.startswith("sqlite") and config in ("fast", "fast-persistent"):
             env["BENCH_SQLITE_OPTIONS"] = (
                 '{"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", '
                 '"transaction_mode": "IMMEDIATE"}')

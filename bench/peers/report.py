@@ -123,7 +123,12 @@ def markdown(path):
         + "; ".join(f"{k} {v[0]:.2f}" for k, v in m.get("loadavg", {}).items())
         + f"; at the end: {', '.join(f'{x:.2f}' for x in m.get('loadavg_end', []))}. "
         f"jobsite measured: {m.get('jobsite_source', '?')}. "
-        "Other engineers' test suites may share the machine: a load above ~1.5 on 2 cores "
+        + "".join(
+            f"Supplementary run {s['started']} – {s['finished']} (load at its start "
+            f"{s['loadavg_start'][0]:.2f}, {s['rounds']} rounds, not interleaved with the main "
+            f"run): {', '.join(s['what'])} in {', '.join(s['scenarios'])}. "
+            for s in m.get("supplements", []))
+        + "Other engineers' test suites may share the machine: a load above ~1.5 on 2 cores "
         "depresses every system, and the peers (more processes) somewhat more.",
         "",
         "| system | version | Python | how it runs here |",
@@ -138,7 +143,10 @@ def markdown(path):
                    f"{v.get('notes')} |")
     out += ["", "Settings: *default* = the system's defaults; *fast* = its documented speed "
             "settings (django-tasks-db: `--interval 0.01 --no-startup-delay`; django-q2: "
-            "`bulk 50, poll 0.01, queue_limit 200, save_limit -1`; pgqueuer: `batch_size 100`). "
+            "`bulk 50, poll 0.01, queue_limit 200, save_limit -1`; pgqueuer: `batch_size 100`); "
+            "*fast-persistent* = *fast* plus Django's persistent connections (`CONN_MAX_AGE = "
+            "None`): both Django peers call `close_old_connections()` around every task or broker "
+            "call, so with Django's default (0) they open a new PostgreSQL connection per job. "
             "procrastinate's documented knob is `concurrency`, which is the concurrency axis "
             "itself; jobsite has no tuning flags beyond `--concurrency`. "
             "Ratios are jobsite ÷ peer for rates (> 1 = jobsite faster) and peer ÷ jobsite for "
@@ -229,7 +237,16 @@ def markdown(path):
     out += targets(R)
 
     if R.failures:
-        out += ["### Runs that failed", ""]
+        out += ["### Runs that failed", "",
+                "The measurement is kept (marked ✗ above) and the check's message listed here. "
+                "What they mean, from reading the peers' code: *django-tasks-db … left running*: "
+                "`db_worker` exits at once on SIGTERM when it is between claiming a task and "
+                "starting it, leaving that task `RUNNING` for good (it has no lease recovery); "
+                "*pgqueuer … left running (picked)*: jobs a worker had fetched in its batch but "
+                "not started stay `picked` after SIGTERM until another worker's heartbeat "
+                "timeout (30 s) re-picks them; *django-q2 … executed 3x / 4x*: with the short "
+                "`retry` lease a package waiting in the cluster's internal queue is handed out "
+                "again, so it runs more often than its attempts allow.", ""]
         for f in R.failures:
             first = f["error"].strip().splitlines()
             out.append(f"- **{f['what']}**: {' '.join(x.strip() for x in first[-3:])[:400]}")
@@ -385,6 +402,23 @@ def targets(R):
                        f"{'met' if f / base >= TARGETS['retry_share'] else 'not met'}")
     out.append("")
     return out
+
+
+def merge(main_path, supplement_path):
+    """Add a supplementary run's records to the main results (written to main_path)."""
+    main = json.loads(Path(main_path).read_text())
+    sup = json.loads(Path(supplement_path).read_text())
+    main["records"] += sup["records"]
+    main["failures"] += sup["failures"]
+    sm = sup["meta"]
+    main["meta"].setdefault("supplements", []).append(
+        {"started": sm.get("started"), "finished": sm.get("finished"),
+         "loadavg_start": sm.get("loadavg_start"), "duration_s": sm.get("duration_s"),
+         "what": sorted({label(r["system"], r["config"]) for r in sup["records"]}),
+         "scenarios": sorted({r["scenario"] for r in sup["records"]}),
+         "rounds": sm.get("plan", {}).get("rounds"), "path": str(supplement_path)})
+    Path(main_path).write_text(json.dumps(main, indent=1))
+    return Path(main_path)
 
 
 def update_readme(markdown_text):
