@@ -22,7 +22,7 @@ IDLE = -1.0
 FLUSH_INTERVAL = 0.002
 
 
-def _context():
+def mp_context():
     return multiprocessing.get_context("spawn")
 
 
@@ -30,7 +30,7 @@ class Executor:
     """The worker's handle on one child process."""
 
     def __init__(self, index: int, worker_id: str, stop_event):
-        ctx = _context()
+        ctx = mp_context()
         self.index = index
         self.conn, child_conn = ctx.Pipe()
         # [seq of the job running now (IDLE when none), monotonic time it started,

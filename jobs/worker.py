@@ -32,7 +32,7 @@ from . import executor as ex
 from . import store
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
-from .pool import Dispatcher, Executor, _context
+from .pool import Dispatcher, Executor, mp_context
 from .states import AttemptOutcome, JobState
 
 logger = logging.getLogger("jobs.worker")
@@ -162,7 +162,7 @@ class Worker:
         if connection.connection is not None:
             self._session_limits(None, connection)
         self._install_signal_handlers()
-        self.stop_event = _context().Event()
+        self.stop_event = mp_context().Event()
         self.executors = [
             Executor(i, self.worker_id, self.stop_event) for i in range(self.config.concurrency)
         ]
