@@ -14,7 +14,7 @@ from collections import defaultdict
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def label(system, config):
@@ -22,7 +22,8 @@ def label(system, config):
 
 
 def main(src, dst):
-    data = json.load(open(src))
+    with open(src) as f:
+        data = json.load(f)
     records = [r for r in data["records"] if r["db"] == "postgres"]
     drain = defaultdict(list)
     latency = defaultdict(lambda: ([], []))
@@ -71,8 +72,11 @@ def main(src, dst):
     ax2.legend()
     ax2.grid(axis="y", which="both", alpha=0.3)
     meta = data["meta"]
-    fig.suptitle(f"jobsite vs Python peers — {meta.get('nproc')} cores, {meta.get('postgres', '')}, "
-                 f"{meta.get('started', '')}", fontsize=10)
+    fig.suptitle(
+        f"jobsite vs Python peers — {meta.get('nproc')} cores, {meta.get('postgres', '')}, "
+        f"{meta.get('started', '')}",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
     print(f"wrote {dst}")

@@ -32,18 +32,26 @@ BASE_PYTHON = "/root/.pyenv/versions/3.13.0/bin/python"
 
 FULL = {
     "rounds": 3,
-    "enqueue_n": 10_000, "enqueue_cap": 10,
+    "enqueue_n": 10_000,
+    "enqueue_cap": 10,
     "drain": [(10_000, [1, 2, 4], 15), (100_000, [4], 20)],  # (n, concurrencies, cap s)
-    "latency_n": 1000, "latency_polling_n": {"django-tasks-db": 40, "django-q2": 100},
-    "retry_n": 2000, "retry_concurrency": 4, "retry_cap": 20,
+    "latency_n": 1000,
+    "latency_polling_n": {"django-tasks-db": 40, "django-q2": 100},
+    "retry_n": 2000,
+    "retry_concurrency": 4,
+    "retry_cap": 20,
     "sqlite_drain": [(10_000, [1, 2, 4], 15)],
 }
 QUICK = {
     "rounds": 1,
-    "enqueue_n": 1000, "enqueue_cap": 3,
+    "enqueue_n": 1000,
+    "enqueue_cap": 3,
     "drain": [(2000, [1, 4], 5)],
-    "latency_n": 50, "latency_polling_n": {"django-tasks-db": 10, "django-q2": 20},
-    "retry_n": 300, "retry_concurrency": 4, "retry_cap": 10,
+    "latency_n": 50,
+    "latency_polling_n": {"django-tasks-db": 10, "django-q2": 20},
+    "retry_n": 300,
+    "retry_concurrency": 4,
+    "retry_cap": 10,
     "sqlite_drain": [(2000, [1, 4], 5)],
 }
 
@@ -52,17 +60,38 @@ QUICK = {
 # "fast-persistent" = "fast" + persistent database connections (CONN_MAX_AGE = None): both
 # Django peers call close_old_connections() around each task, so with Django's default they
 # reconnect to PostgreSQL for every job.
-PG_DRAIN = [("jobsite", "default"), ("django-tasks-db", "default"),
-            ("django-tasks-db", "fast-persistent"), ("procrastinate", "default"),
-            ("django-q2", "default"), ("django-q2", "fast-persistent"), ("pgqueuer", "default"),
-            ("pgqueuer", "fast")]
-PG_LATENCY = [("jobsite", "default"), ("django-tasks-db", "default"),
-              ("django-tasks-db", "fast-persistent"), ("procrastinate", "default"),
-              ("django-q2", "default"), ("django-q2", "fast-persistent"), ("pgqueuer", "default")]
-PG_ENQUEUE = [("jobsite", "default"), ("django-tasks-db", "default"),
-              ("procrastinate", "default"), ("django-q2", "default"), ("pgqueuer", "default")]
-PG_RETRY = [("jobsite", "default"), ("procrastinate", "default"), ("django-q2", "default"),
-            ("pgqueuer", "default")]
+PG_DRAIN = [
+    ("jobsite", "default"),
+    ("django-tasks-db", "default"),
+    ("django-tasks-db", "fast-persistent"),
+    ("procrastinate", "default"),
+    ("django-q2", "default"),
+    ("django-q2", "fast-persistent"),
+    ("pgqueuer", "default"),
+    ("pgqueuer", "fast"),
+]
+PG_LATENCY = [
+    ("jobsite", "default"),
+    ("django-tasks-db", "default"),
+    ("django-tasks-db", "fast-persistent"),
+    ("procrastinate", "default"),
+    ("django-q2", "default"),
+    ("django-q2", "fast-persistent"),
+    ("pgqueuer", "default"),
+]
+PG_ENQUEUE = [
+    ("jobsite", "default"),
+    ("django-tasks-db", "default"),
+    ("procrastinate", "default"),
+    ("django-q2", "default"),
+    ("pgqueuer", "default"),
+]
+PG_RETRY = [
+    ("jobsite", "default"),
+    ("procrastinate", "default"),
+    ("django-q2", "default"),
+    ("pgqueuer", "default"),
+]
 SQLITE = [("jobsite", "default"), ("django-tasks-db", "default"), ("django-tasks-db", "fast")]
 SCENARIOS = ["enqueue", "drain", "latency", "retry", "sqlite"]
 
@@ -75,8 +104,9 @@ def ensure_venv(name, requirements):
     base = BASE_PYTHON if Path(BASE_PYTHON).exists() else sys._base_executable
     try:
         subprocess.run([base, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin/pip"), "install", "-q", "-r", str(requirements)],
-                       check=True)
+        subprocess.run(
+            [str(venv / "bin/pip"), "install", "-q", "-r", str(requirements)], check=True
+        )
     except subprocess.CalledProcessError as e:
         h.log(f"   !! could not install {name}: {e}")
         return False
@@ -84,8 +114,9 @@ def ensure_venv(name, requirements):
 
 
 def git(*args):
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def jobsite_snapshot(ref):
@@ -99,8 +130,9 @@ def jobsite_snapshot(ref):
     dest = ROOT / "bench/.peers" / f"jobsite-{sha}"
     if not (dest / "manage.py").exists():
         dest.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, capture_output=True,
-                                 check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", sha], cwd=ROOT, capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     os.environ["BENCH_JOBSITE_SRC"] = str(dest)
     return f"commit {sha} ({git('log', '-1', '--format=%s', sha)[:70]})"
@@ -122,21 +154,41 @@ def main():
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
     parser.add_argument("--only", help=f"comma-separated scenarios from {','.join(SCENARIOS)}")
     parser.add_argument("--systems", help="comma-separated systems (default: all)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="wait up to this long for the 1-min load average to drop <= 1.5")
-    parser.add_argument("--jobsite-ref", metavar="GIT_REF",
-                        help="measure jobsite at this commit (a `git archive` snapshot under "
-                             "bench/.peers/) instead of the working tree")
-    parser.add_argument("--variants", metavar="SYSTEM:CONFIG,...",
-                        help="run only these system/configuration pairs (in the scenarios "
-                             "whose lists name the system)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                        help="override one entry of the plan, e.g. --set 'drain=[[10000,[4],15]]'")
-    parser.add_argument("--merge-into", metavar="RESULTS_JSON",
-                        help="add this run's measurements to an earlier results.json (a "
-                             "supplement) and report from the merged file")
-    parser.add_argument("--no-readme", action="store_true",
-                        help="do not rewrite bench/README.md / bench/chart.png")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="wait up to this long for the 1-min load average to drop <= 1.5",
+    )
+    parser.add_argument(
+        "--jobsite-ref",
+        metavar="GIT_REF",
+        help="measure jobsite at this commit (a `git archive` snapshot under "
+        "bench/.peers/) instead of the working tree",
+    )
+    parser.add_argument(
+        "--variants",
+        metavar="SYSTEM:CONFIG,...",
+        help="run only these system/configuration pairs (in the scenarios "
+        "whose lists name the system)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="override one entry of the plan, e.g. --set 'drain=[[10000,[4],15]]'",
+    )
+    parser.add_argument(
+        "--merge-into",
+        metavar="RESULTS_JSON",
+        help="add this run's measurements to an earlier results.json (a "
+        "supplement) and report from the merged file",
+    )
+    parser.add_argument(
+        "--no-readme", action="store_true", help="do not rewrite bench/README.md / bench/chart.png"
+    )
     args = parser.parse_args()
 
     plan = dict(QUICK if args.quick else FULL)
@@ -149,12 +201,13 @@ def main():
         plan[key] = json.loads(value)
     scenarios = args.only.split(",") if args.only else SCENARIOS
     wanted = set(args.systems.split(",")) if args.systems else None
-    only_pairs = ([tuple(p.split(":", 1)) for p in args.variants.split(",")]
-                  if args.variants else None)
+    only_pairs = (
+        [tuple(p.split(":", 1)) for p in args.variants.split(",")] if args.variants else None
+    )
 
     jobsite_source = jobsite_snapshot(args.jobsite_ref)
     specs = h.load_specs()
-    for name, spec in specs.items():
+    for spec in specs.values():
         if spec.venv:
             ensure_venv(spec.venv, ROOT / f"bench/requirements-{spec.venv}.txt")
     ensure_venv("chart", ROOT / "bench/requirements-chart.txt")
@@ -162,9 +215,15 @@ def main():
     if args.wait_quiet:
         wait_for_quiet(args.wait_quiet)
     run = h.Run(quick=args.quick)
-    run.meta = {**h.machine_info(), "quick": args.quick, "plan": plan,
-                "versions": h.versions(specs), "scenarios": scenarios,
-                "idle_gap_ms": [1000 * x for x in IDLE_GAP], "jobsite_source": jobsite_source}
+    run.meta = {
+        **h.machine_info(),
+        "quick": args.quick,
+        "plan": plan,
+        "versions": h.versions(specs),
+        "scenarios": scenarios,
+        "idle_gap_ms": [1000 * x for x in IDLE_GAP],
+        "jobsite_source": jobsite_source,
+    }
     h.log(f"results in {run.dir}; load average {run.meta['loadavg_start']}; plan {plan}")
 
     def variants(pairs, db="postgres"):
@@ -204,32 +263,46 @@ def main():
     if "enqueue" in scenarios:
         vs = setup(variants(PG_ENQUEUE))
         loads["enqueue"] = os.getloadavg()
-        h.log(f"== (1) enqueue {plan['enqueue_n']:,} no-op jobs: one call at a time (stops "
-              f"after {plan['enqueue_cap']} s) and with each bulk API; PostgreSQL")
+        h.log(
+            f"== (1) enqueue {plan['enqueue_n']:,} no-op jobs: one call at a time (stops "
+            f"after {plan['enqueue_cap']} s) and with each bulk API; PostgreSQL"
+        )
         for rnd in range(rounds):
             h.log(f"-- round {rnd + 1}/{rounds}")
             for v in vs:
-                h.attempt(run, f"enqueue {v.label}", h.measure_enqueue, v, plan["enqueue_n"], rnd,
-                          cap=plan["enqueue_cap"])
+                h.attempt(
+                    run,
+                    f"enqueue {v.label}",
+                    h.measure_enqueue,
+                    v,
+                    plan["enqueue_n"],
+                    rnd,
+                    cap=plan["enqueue_cap"],
+                )
 
     if "drain" in scenarios:
         vs = setup(variants(PG_DRAIN))
         loads["drain"] = os.getloadavg()
         for n, concurrencies, cap in plan["drain"]:
             for c in concurrencies:
-                h.log(f"== (2) drain {n:,} pre-enqueued no-op jobs, concurrency {c}, PostgreSQL "
-                      f"(a drain still running after {cap} s is stopped and measured so far)")
+                h.log(
+                    f"== (2) drain {n:,} pre-enqueued no-op jobs, concurrency {c}, PostgreSQL "
+                    f"(a drain still running after {cap} s is stopped and measured so far)"
+                )
                 for rnd in range(rounds):
                     h.log(f"-- round {rnd + 1}/{rounds}")
                     for v in vs:
-                        h.attempt(run, f"drain {n} c{c} {v.label}", h.measure_drain, v, n, c,
-                                  rnd, cap=cap)
+                        h.attempt(
+                            run, f"drain {n} c{c} {v.label}", h.measure_drain, v, n, c, rnd, cap=cap
+                        )
 
     if "latency" in scenarios:
         vs = setup(variants(PG_LATENCY))
         loads["latency"] = os.getloadavg()
-        h.log(f"== (3) wake-up latency: jobs enqueued one after another into an idle worker "
-              f"(concurrency 1), enqueue to start, PostgreSQL")
+        h.log(
+            "== (3) wake-up latency: jobs enqueued one after another into an idle worker "
+            "(concurrency 1), enqueue to start, PostgreSQL"
+        )
         for rnd in range(rounds):
             h.log(f"-- round {rnd + 1}/{rounds}")
             for v in vs:
@@ -242,32 +315,58 @@ def main():
         vs = setup(variants(PG_RETRY))
         loads["retry"] = os.getloadavg()
         n, c, cap = plan["retry_n"], plan["retry_concurrency"], plan["retry_cap"]
-        for mode, what in (("flaky", "every job fails once, then succeeds"),
-                           ("fail", "every job always fails: 3 attempts, then dead")):
+        for mode, what in (
+            ("flaky", "every job fails once, then succeeds"),
+            ("fail", "every job always fails: 3 attempts, then dead"),
+        ):
             h.log(f"== (4) retry-heavy, {n:,} jobs, concurrency {c}: {what}; smallest backoff")
             for rnd in range(rounds):
                 h.log(f"-- round {rnd + 1}/{rounds}")
                 for v in vs:
-                    h.attempt(run, f"retry {mode} {v.label}", h.measure_drain, v, n, c, rnd,
-                              mode=mode, cap=cap)
+                    h.attempt(
+                        run,
+                        f"retry {mode} {v.label}",
+                        h.measure_drain,
+                        v,
+                        n,
+                        c,
+                        rnd,
+                        mode=mode,
+                        cap=cap,
+                    )
 
     if "sqlite" in scenarios:
         vs = setup(variants(SQLITE, db="sqlite"))
         loads["sqlite"] = os.getloadavg()
-        h.log(f"== (5) SQLite: jobsite against django-tasks-db")
+        h.log("== (5) SQLite: jobsite against django-tasks-db")
         for rnd in range(rounds):
             h.log(f"-- enqueue, round {rnd + 1}/{rounds}")
             for v in vs:
                 if v.config == "default":
-                    h.attempt(run, f"sqlite enqueue {v.label}", h.measure_enqueue, v,
-                              plan["enqueue_n"], rnd, cap=plan["enqueue_cap"])
+                    h.attempt(
+                        run,
+                        f"sqlite enqueue {v.label}",
+                        h.measure_enqueue,
+                        v,
+                        plan["enqueue_n"],
+                        rnd,
+                        cap=plan["enqueue_cap"],
+                    )
         for n, concurrencies, cap in plan["sqlite_drain"]:
             for c in concurrencies:
                 h.log(f"-- drain {n:,}, concurrency {c}")
                 for rnd in range(rounds):
                     for v in vs:
-                        h.attempt(run, f"sqlite drain {n} c{c} {v.label}", h.measure_drain, v,
-                                  n, c, rnd, cap=cap)
+                        h.attempt(
+                            run,
+                            f"sqlite drain {n} c{c} {v.label}",
+                            h.measure_drain,
+                            v,
+                            n,
+                            c,
+                            rnd,
+                            cap=cap,
+                        )
         h.log("-- wake-up latency")
         for rnd in range(rounds):
             for v in vs:
@@ -280,8 +379,10 @@ def main():
     run.meta["loadavg_end"] = os.getloadavg()
     run.meta["duration_s"] = time.monotonic() - h.T0
     run.save()
-    h.log(f"done in {run.meta['duration_s'] / 60:.1f} min; {len(run.records)} measurements, "
-          f"{len(run.failures)} failures")
+    h.log(
+        f"done in {run.meta['duration_s'] / 60:.1f} min; {len(run.records)} measurements, "
+        f"{len(run.failures)} failures"
+    )
     source = run.dir / "results.json"
     if args.merge_into:
         source = report.merge(Path(args.merge_into), source)
@@ -292,8 +393,15 @@ def main():
     if not args.no_readme:
         report.update_readme(markdown)
         chart_python = ROOT / "bench/.peers/chart/bin/python"
-        subprocess.run([str(chart_python), str(ROOT / "bench/chart.py"),
-                        str(source), str(ROOT / "bench/chart.png")], check=False)
+        subprocess.run(
+            [
+                str(chart_python),
+                str(ROOT / "bench/chart.py"),
+                str(source),
+                str(ROOT / "bench/chart.png"),
+            ],
+            check=False,
+        )
         h.log("bench/README.md (## Side by side) and bench/chart.png updated")
 
 

@@ -53,8 +53,13 @@ def reset():
     from django.db import connection
 
     with connection.cursor() as cursor:
-        for table in ("jobs_attempt", "jobs_auditentry", "jobs_job", "jobs_counterdelta",
-                      "jobs_workernode"):
+        for table in (
+            "jobs_attempt",
+            "jobs_auditentry",
+            "jobs_job",
+            "jobs_counterdelta",
+            "jobs_workernode",
+        ):
             cursor.execute(f"DELETE FROM {table}")
 
 
@@ -69,7 +74,8 @@ def drain(url, n, concurrency, workers=1):
     procs = [
         subprocess.Popen(
             [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
-            cwd=ROOT, env=worker_env(url),
+            cwd=ROOT,
+            env=worker_env(url),
         )
         for _ in range(workers)
     ]
@@ -90,9 +96,7 @@ def check_exactly_once(n):
 
     succeeded = Job.objects.filter(state="succeeded").count()
     running = Job.objects.filter(state="running").count()
-    repeated = (
-        Attempt.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).count()
-    )
+    repeated = Attempt.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).count()
     if succeeded != n or running or repeated:
         raise SystemExit(
             f"correctness check failed: {succeeded}/{n} succeeded, {running} running, "
@@ -121,7 +125,8 @@ def bench_latency(url, n):
 
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--concurrency", "2"],
-        cwd=ROOT, env=worker_env(url),
+        cwd=ROOT,
+        env=worker_env(url),
     )
     try:
         time.sleep(3)  # let the worker start and go idle
@@ -153,9 +158,21 @@ def main():
     if len(kinds) > 1:
         # Django is set up once per process: run each database in a child of our own.
         for kind in kinds:
-            subprocess.run([sys.executable, __file__, "--db", kind, "--jobs", str(args.jobs),
-                            "--concurrency", str(args.concurrency),
-                            "--latency-jobs", str(args.latency_jobs)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--db",
+                    kind,
+                    "--jobs",
+                    str(args.jobs),
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--latency-jobs",
+                    str(args.latency_jobs),
+                ],
+                check=True,
+            )
         return
     kind = kinds[0]
     url = scratch_database(kind)
@@ -168,8 +185,10 @@ def main():
     reset()
     p50, p99 = bench_latency(url, args.latency_jobs)
     log(f"[3/3] wake-up: p50 {p50:.1f} ms, p99 {p99:.1f} ms (enqueue to start, idle worker)")
-    print(f"RESULT {kind} single={single:.0f} bulk={bulk:.0f} drain={rate:.0f} "
-          f"p50_ms={p50:.2f} p99_ms={p99:.2f}")
+    print(
+        f"RESULT {kind} single={single:.0f} bulk={bulk:.0f} drain={rate:.0f} "
+        f"p50_ms={p50:.2f} p99_ms={p99:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,12 @@ def run_job(i):
         return None
     if mode == "flaky":
         try:
-            os.close(os.open(os.path.join(os.environ["BENCH_MARK_DIR"], str(i)),
-                             os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(
+                os.open(
+                    os.path.join(os.environ["BENCH_MARK_DIR"], str(i)),
+                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                )
+            )
         except FileExistsError:
             return None
         raise BenchFailure(f"job {i} fails on its first execution")

@@ -25,10 +25,12 @@ class Spec:
     # default: poll 0.2 s, bulk 1, queue_limit workers**2, save_limit 250 (successes saved).
     # fast (its docs: bulk for fewer broker round trips, lower poll; save_limit -1 = no success
     # storage at all).
-    configs = {"default": {},
-               "fast": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1},
-               # fast + persistent database connections (CONN_MAX_AGE = None)
-               "fast-persistent": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1}}
+    configs = {
+        "default": {},
+        "fast": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1},
+        # fast + persistent database connections (CONN_MAX_AGE = None)
+        "fast-persistent": {"bulk": 50, "poll": 0.01, "queue_limit": 200, "save_limit": -1},
+    }
     # retry scenarios: the shortest lease the ORM broker accepts (retry > timeout).
     retry_config = {"timeout": 1, "retry": 2, "max_attempts": 3}
     notes = "one `qcluster` with workers=N (ORM broker)"
@@ -42,9 +44,12 @@ class Spec:
         q = dict(self.configs.get(config, {}), workers=concurrency)
         if retry:
             q.update(self.retry_config)
-        env = {"BENCH_DB_URL": self.db_url, "BENCH_APP": "django_q",
-               "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings",
-               "BENCH_Q_CLUSTER": json.dumps(q)}
+        env = {
+            "BENCH_DB_URL": self.db_url,
+            "BENCH_APP": "django_q",
+            "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings",
+            "BENCH_Q_CLUSTER": json.dumps(q),
+        }
         if config == "fast-persistent":
             env["BENCH_CONN_MAX_AGE"] = "none"
         return env
@@ -73,8 +78,7 @@ def setup():
 def reset():
     from bench.peers.common import pg_exec
 
-    pg_exec(os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
-            "TRUNCATE django_q_ormq, django_q_task")
+    pg_exec(os.environ["BENCH_DB_URL"].rsplit("/", 1)[1], "TRUNCATE django_q_ormq, django_q_task")
     return {}
 
 
@@ -113,8 +117,9 @@ def enqueue(mode, n, task="noop", start=0, cap=None):
         for i in ids:
             async_task(FUNC, i, broker=c)
         now = timezone.now()
-        OrmQ.objects.bulk_create([OrmQ(key=real.list_key, payload=p, lock=now) for p in c.packs],
-                                 batch_size=1000)
+        OrmQ.objects.bulk_create(
+            [OrmQ(key=real.list_key, payload=p, lock=now) for p in c.packs], batch_size=1000
+        )
 
     return {"seconds": timed(fill)}
 
@@ -132,14 +137,17 @@ def check():
     from bench.peers.common import pg_exec
 
     db = os.environ["BENCH_DB_URL"].rsplit("/", 1)[1]
-    (queued,), = pg_exec(db, "SELECT count(*) FROM django_q_ormq WHERE lock <= now()")
-    (leased,), = pg_exec(db, "SELECT count(*) FROM django_q_ormq WHERE lock > now()")
-    (ok,), = pg_exec(db, "SELECT count(*) FROM django_q_task WHERE success")
-    (failed,), = pg_exec(db, "SELECT count(*) FROM django_q_task WHERE NOT success")
+    ((queued,),) = pg_exec(db, "SELECT count(*) FROM django_q_ormq WHERE lock <= now()")
+    ((leased,),) = pg_exec(db, "SELECT count(*) FROM django_q_ormq WHERE lock > now()")
+    ((ok,),) = pg_exec(db, "SELECT count(*) FROM django_q_task WHERE success")
+    ((failed,),) = pg_exec(db, "SELECT count(*) FROM django_q_task WHERE NOT success")
     # A package handed out but not acknowledged keeps its lease (lock in the future) until
     # `retry` seconds pass: that is django-q2's "running".
-    return {"states": {"queued": queued, "leased": leased, "saved_success": ok,
-                       "saved_failed": failed}, "in_progress": leased, "pending": queued}
+    return {
+        "states": {"queued": queued, "leased": leased, "saved_success": ok, "saved_failed": failed},
+        "in_progress": leased,
+        "pending": queued,
+    }
 
 
 def main():

@@ -22,28 +22,44 @@ class Spec:
     # default: --interval 1 (poll once a second when idle) and a random start-up delay;
     # fast: poll every 10 ms, no start-up delay.
     # persistent: fast + persistent database connections (CONN_MAX_AGE = None).
-    configs = {"default": {"args": []},
-               "fast": {"args": ["--interval", "0.01", "--no-startup-delay"]},
-               "fast-persistent": {"args": ["--interval", "0.01", "--no-startup-delay"]}}
+    configs = {
+        "default": {"args": []},
+        "fast": {"args": ["--interval", "0.01", "--no-startup-delay"]},
+        "fast-persistent": {"args": ["--interval", "0.01", "--no-startup-delay"]},
+    }
     notes = "N x `db_worker --batch --queue-name '*' --verbosity 0` processes"
 
     def __init__(self, db_url):
         self.db_url = db_url
 
     def env(self, config, concurrency=1, retry=False):
-        env = {"BENCH_DB_URL": self.db_url, "BENCH_APP": "django_tasks_db",
-               "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings"}
+        env = {
+            "BENCH_DB_URL": self.db_url,
+            "BENCH_APP": "django_tasks_db",
+            "DJANGO_SETTINGS_MODULE": "bench.peers.django_settings",
+        }
         if config == "fast-persistent":
             env["BENCH_CONN_MAX_AGE"] = "none"
         if self.db_url.startswith("sqlite") and config in ("fast", "fast-persistent"):
             env["BENCH_SQLITE_OPTIONS"] = (
                 '{"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL", '
-                '"transaction_mode": "IMMEDIATE"}')
+                '"transaction_mode": "IMMEDIATE"}'
+            )
         return env
 
     def worker_cmds(self, config, concurrency, burst):
-        cmd = [self.python, "-m", "django", "db_worker", "--queue-name", "*", "--verbosity", "0",
-               "--no-reload", *self.configs[config]["args"]]
+        cmd = [
+            self.python,
+            "-m",
+            "django",
+            "db_worker",
+            "--queue-name",
+            "*",
+            "--verbosity",
+            "0",
+            "--no-reload",
+            *self.configs[config]["args"],
+        ]
         if burst:
             cmd.append("--batch")
         return [list(cmd) for _ in range(concurrency)]
@@ -95,18 +111,24 @@ def enqueue(mode, n, task="noop", start=0, cap=None):
     # fill: pre-enqueue for the drain scenarios: the same rows enqueue() writes (see
     # DatabaseBackend._task_to_db_task), inserted with bulk_create (not a public API).
     from django.tasks import task_backends
-    from django_tasks_db.models import DBTaskResult
     from django_tasks_db.compat import normalize_json
-    from django_tasks_db.models import get_date_max
+    from django_tasks_db.models import DBTaskResult, get_date_max
 
     backend = task_backends["default"]
 
     def fill():
-        rows = [DBTaskResult(id=backend._get_id(),
-                             args_kwargs=normalize_json({"args": [i], "kwargs": {}}),
-                             priority=t.priority, task_path=t.module_path,
-                             queue_name=t.queue_name, run_after=t.run_after or get_date_max(),
-                             backend_name=backend.alias) for i in ids]
+        rows = [
+            DBTaskResult(
+                id=backend._get_id(),
+                args_kwargs=normalize_json({"args": [i], "kwargs": {}}),
+                priority=t.priority,
+                task_path=t.module_path,
+                queue_name=t.queue_name,
+                run_after=t.run_after or get_date_max(),
+                backend_name=backend.alias,
+            )
+            for i in ids
+        ]
         DBTaskResult.objects.bulk_create(rows, batch_size=1000)
 
     return {"seconds": timed(fill)}
@@ -127,8 +149,11 @@ def check():
     from django_tasks_db.models import DBTaskResult
 
     states = dict(DBTaskResult.objects.values_list("status").annotate(n=Count("id")).order_by())
-    return {"states": states, "in_progress": states.get("RUNNING", 0),
-            "pending": states.get("READY", 0)}
+    return {
+        "states": states,
+        "in_progress": states.get("RUNNING", 0),
+        "pending": states.get("READY", 0),
+    }
 
 
 def main():

@@ -12,8 +12,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +34,7 @@ class BenchError(Exception):
 
 # ---------------------------------------------------------------- systems and variants
 
+
 class Variant:
     """A system on a database with one of its configurations."""
 
@@ -57,9 +56,15 @@ class Variant:
         env = dict(os.environ)
         for key in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV"):
             env.pop(key, None)
-        env.update({"PYTHONPATH": str(self.cwd), "BENCH_MODE": mode,
-                    "BENCH_EXEC_LOG": str(exec_log or "/dev/null"),
-                    "BENCH_MARK_DIR": str(mark_dir or "/tmp"), "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                "PYTHONPATH": str(self.cwd),
+                "BENCH_MODE": mode,
+                "BENCH_EXEC_LOG": str(exec_log or "/dev/null"),
+                "BENCH_MARK_DIR": str(mark_dir or "/tmp"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(self.spec.env(self.config, concurrency=concurrency, retry=mode != "ok"))
         return env
 
@@ -71,23 +76,42 @@ class Variant:
         argv = [self.spec.python, "-m", self.spec.module, command]
         for key, value in opts.items():
             argv += [f"--{key}", str(value)]
-        proc = subprocess.run(argv, cwd=self.cwd, env=env or self.env(), capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            argv,
+            cwd=self.cwd,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         for line in reversed(proc.stdout.splitlines()):
-            if line.startswith("RESULT "):
-                if proc.returncode == 0:
-                    return json.loads(line[7:])
+            if line.startswith("RESULT ") and proc.returncode == 0:
+                return json.loads(line[7:])
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-        raise BenchError(f"{self.label} {command} failed (exit {proc.returncode}):\n    "
-                         + "\n    ".join(tail))
+        raise BenchError(
+            f"{self.label} {command} failed (exit {proc.returncode}):\n    " + "\n    ".join(tail)
+        )
 
 
 def load_specs():
-    from bench.peers import (djq2_adapter, dtdb_adapter, jobsite_adapter, pgqueuer_adapter,
-                             procrastinate_adapter)
+    from bench.peers import (
+        djq2_adapter,
+        dtdb_adapter,
+        jobsite_adapter,
+        pgqueuer_adapter,
+        procrastinate_adapter,
+    )
 
-    return {s.Spec.name: s.Spec for s in (jobsite_adapter, dtdb_adapter, procrastinate_adapter,
-                                          djq2_adapter, pgqueuer_adapter)}
+    return {
+        s.Spec.name: s.Spec
+        for s in (
+            jobsite_adapter,
+            dtdb_adapter,
+            procrastinate_adapter,
+            djq2_adapter,
+            pgqueuer_adapter,
+        )
+    }
 
 
 def installed(spec_cls):
@@ -95,6 +119,7 @@ def installed(spec_cls):
 
 
 # ---------------------------------------------------------------- process helpers
+
 
 def tree_rss(pid):
     """Resident set size of a process and all its descendants, in bytes (from /proc)."""
@@ -175,12 +200,17 @@ def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfil
     stop the workers gracefully (SIGTERM) once `cap` seconds have passed since the first
     execution: the run is then "capped" and measured over what ran."""
     exec_log = ExecLog(env["BENCH_EXEC_LOG"])
-    out = open(logfile, "ab") if logfile else subprocess.DEVNULL
+    # Held open for the workers' whole run and closed once they have exited.
+    out = open(logfile, "ab") if logfile else subprocess.DEVNULL  # noqa: SIM115
     burst = burst and variant.spec.burst
     cmds = variant.spec.worker_cmds(variant.config, concurrency, burst)
     started = time.monotonic()
-    procs = [subprocess.Popen(cmd, cwd=variant.cwd, env=env, stdout=out, stderr=out,
-                              start_new_session=True) for cmd in cmds]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=variant.cwd, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+        for cmd in cmds
+    ]
     peak, self_exit, reached_at, first_at, capped = 0, None, None, None, False
     try:
         while True:
@@ -205,26 +235,37 @@ def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfil
                 if exec_log.poll() >= expected:
                     continue
                 codes = [p.returncode for p in procs]
-                raise BenchError(f"{variant.label}: workers exited ({codes}) after "
-                                 f"{exec_log.poll()}/{expected} executions")
+                raise BenchError(
+                    f"{variant.label}: workers exited ({codes}) after "
+                    f"{exec_log.poll()}/{expected} executions"
+                )
             if reached_at and time.monotonic() - reached_at > 60:
-                raise BenchError(f"{variant.label}: burst workers did not exit 60 s after "
-                                 "the last job")
+                raise BenchError(
+                    f"{variant.label}: burst workers did not exit 60 s after the last job"
+                )
             if time.monotonic() - started > timeout:
-                raise BenchError(f"{variant.label}: timeout after {timeout} s with "
-                                 f"{exec_log.poll()}/{expected} executions")
+                raise BenchError(
+                    f"{variant.label}: timeout after {timeout} s with "
+                    f"{exec_log.poll()}/{expected} executions"
+                )
             time.sleep(0.1)
     finally:
         stop(procs, grace=getattr(variant.spec, "stop_grace", 20))
         if logfile:
             out.close()
     bad = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM, 143, 1)]
-    return {"wall_s": time.monotonic() - started, "peak_rss_mb": peak / 2**20,
-            "self_exit": self_exit, "exit_codes": [p.returncode for p in procs], "bad": bad,
-            "capped": capped}
+    return {
+        "wall_s": time.monotonic() - started,
+        "peak_rss_mb": peak / 2**20,
+        "self_exit": self_exit,
+        "exit_codes": [p.returncode for p in procs],
+        "bad": bad,
+        "capped": capped,
+    }
 
 
 # ---------------------------------------------------------------- measurements
+
 
 class Run:
     """One harness run: where scratch files go, and every record measured."""
@@ -293,8 +334,14 @@ def flag(run, what, variant, problems):
 def measure_enqueue(run, variant, n, rnd, cap=None):
     scratch = run.scratch()
     env = variant.env(exec_log=scratch / "exec.log")
-    out = {"scenario": "enqueue", "system": variant.name, "config": variant.config,
-           "db": variant.db, "n": n, "round": rnd}
+    out = {
+        "scenario": "enqueue",
+        "system": variant.name,
+        "config": variant.config,
+        "db": variant.db,
+        "n": n,
+        "round": rnd,
+    }
     variant.driver("reset", env=env)
     single = variant.driver("enqueue", env=env, mode="single", n=n, cap=cap or "")
     out["single_per_s"] = single["count"] / single["seconds"]
@@ -305,13 +352,16 @@ def measure_enqueue(run, variant, n, rnd, cap=None):
         out["bulk_per_s"] = n / bulk
     run.record(out)
     bulk_text = f", bulk {out['bulk_per_s']:,.0f}/s" if "bulk_per_s" in out else ", no bulk API"
-    log(f"   {variant.label:28s} single {out['single_per_s']:,.0f}/s "
-        f"({single['count']} calls){bulk_text}")
+    log(
+        f"   {variant.label:28s} single {out['single_per_s']:,.0f}/s "
+        f"({single['count']} calls){bulk_text}"
+    )
 
 
 # -- pre-enqueued queues: filled once per (system, task, n) into a template database, then
 # -- cloned for every measurement (CREATE DATABASE ... TEMPLATE), so that filling 100,000 jobs
 # -- is not repeated each round.
+
 
 def _pg_admin(*statements):
     import psycopg
@@ -339,13 +389,19 @@ def prefill(run, variant, n, task):
     if key not in run.templates:
         variant.driver("reset", env=env)
         secs = variant.driver("enqueue", env=env, mode="fill", n=n, task=task)["seconds"]
-        _pg_admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)',
-                  f'CREATE DATABASE "{template}" TEMPLATE "{db}" STRATEGY FILE_COPY')
+        _pg_admin(
+            f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)',
+            f'CREATE DATABASE "{template}" TEMPLATE "{db}" STRATEGY FILE_COPY',
+        )
         run.templates[key] = secs
-        log(f"   ({variant.name}: filled {n:,} {task} jobs once in {secs:.1f} s, "
-            f"{n / secs:,.0f}/s; cloned for each run)")
-    _pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)',
-              f'CREATE DATABASE "{db}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+        log(
+            f"   ({variant.name}: filled {n:,} {task} jobs once in {secs:.1f} s, "
+            f"{n / secs:,.0f}/s; cloned for each run)"
+        )
+    _pg_admin(
+        f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)',
+        f'CREATE DATABASE "{db}" TEMPLATE "{template}" STRATEGY FILE_COPY',
+    )
     return run.templates[key]
 
 
@@ -360,8 +416,16 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     fill = prefill(run, variant, n, task)
     # Retry runs: the harness stops the workers (a burst worker may exit while the last
     # retries are being scheduled, which would not be the system's fault).
-    w = run_workers(variant, concurrency, n * per_job, env, timeout, burst=mode == "ok",
-                    logfile=scratch / "worker.log", cap=cap)
+    w = run_workers(
+        variant,
+        concurrency,
+        n * per_job,
+        env,
+        timeout,
+        burst=mode == "ok",
+        logfile=scratch / "worker.log",
+        cap=cap,
+    )
     log_reader = ExecLog(exec_path)
     counts, _ = log_reader.parse()
     times = log_reader.times()
@@ -371,21 +435,35 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     completed = sum(1 for c in counts.values() if c == per_job)
     rate = completed / span if span > 0 else float("inf")
     scenario = {"ok": "drain", "flaky": "retry_flaky", "fail": "retry_dead"}[mode]
-    rec = {"scenario": scenario, "system": variant.name, "config": variant.config,
-           "db": variant.db, "n": n, "concurrency": concurrency, "round": rnd,
-           "jobs_per_s": rate, "completed": completed, "capped": w["capped"],
-           "executions_per_s": len(times) / span if span else None,
-           "span_s": span, "fill_s": fill, "wall_s": w["wall_s"],
-           "peak_rss_mb": w["peak_rss_mb"], "states": check["states"],
-           "exit_codes": w["exit_codes"], "problems": problems}
+    rec = {
+        "scenario": scenario,
+        "system": variant.name,
+        "config": variant.config,
+        "db": variant.db,
+        "n": n,
+        "concurrency": concurrency,
+        "round": rnd,
+        "jobs_per_s": rate,
+        "completed": completed,
+        "capped": w["capped"],
+        "executions_per_s": len(times) / span if span else None,
+        "span_s": span,
+        "fill_s": fill,
+        "wall_s": w["wall_s"],
+        "peak_rss_mb": w["peak_rss_mb"],
+        "states": check["states"],
+        "exit_codes": w["exit_codes"],
+        "problems": problems,
+    }
     run.record(rec)
     flag(run, f"{scenario} {n} c{concurrency} {variant.label} ({variant.db})", variant, problems)
     unit = {"ok": "jobs/s", "flaky": "jobs/s (logical)", "fail": "dead letters/s"}[mode]
-    how = (f"capped at {cap:.0f} s: {completed:,}/{n:,} done" if w["capped"]
-           else f"all {n:,} done")
-    log(f"   {variant.label:28s} {rate:>9,.0f} {unit:16s} span {span:6.2f} s  "
+    how = f"capped at {cap:.0f} s: {completed:,}/{n:,} done" if w["capped"] else f"all {n:,} done"
+    log(
+        f"   {variant.label:28s} {rate:>9,.0f} {unit:16s} span {span:6.2f} s  "
         f"RSS {w['peak_rss_mb']:5.0f} MB  {how}, "
-        + ("CHECK FAILED" if problems else f"exactly-{per_job}x ok"))
+        + ("CHECK FAILED" if problems else f"exactly-{per_job}x ok")
+    )
 
 
 def measure_latency(run, variant, n, rnd, warmup=5):
@@ -394,9 +472,13 @@ def measure_latency(run, variant, n, rnd, warmup=5):
     env = variant.env(exec_log=exec_path)
     variant.driver("reset", env=env)
     cmds = variant.spec.worker_cmds(variant.config, 1, burst=False)
-    out = open(scratch / "worker.log", "ab")
-    procs = [subprocess.Popen(cmd, cwd=variant.cwd, env=env, stdout=out, stderr=out,
-                              start_new_session=True) for cmd in cmds]
+    out = open(scratch / "worker.log", "ab")  # noqa: SIM115 - closed after the worker exits
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=variant.cwd, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+        for cmd in cmds
+    ]
     try:
         time.sleep(2.0)  # let the worker start and go idle
         stamps = variant.driver("latency", env=env, n=n + warmup)["stamps"]
@@ -411,12 +493,26 @@ def measure_latency(run, variant, n, rnd, warmup=5):
     lat = sorted((starts[i] - stamps[i]) * 1000 for i in range(warmup, n + warmup))
     p50 = statistics.median(lat)
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    run.record({"scenario": "latency", "system": variant.name, "config": variant.config,
-                "db": variant.db, "n": n, "round": rnd, "p50_ms": p50, "p99_ms": p99,
-                "max_ms": lat[-1], "idle_rss_mb": idle_rss, "problems": problems})
+    run.record(
+        {
+            "scenario": "latency",
+            "system": variant.name,
+            "config": variant.config,
+            "db": variant.db,
+            "n": n,
+            "round": rnd,
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "max_ms": lat[-1],
+            "idle_rss_mb": idle_rss,
+            "problems": problems,
+        }
+    )
     flag(run, f"latency {variant.label} ({variant.db})", variant, problems)
-    log(f"   {variant.label:28s} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  max {lat[-1]:8.1f} ms"
-        f"  ({n} jobs)")
+    log(
+        f"   {variant.label:28s} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  max {lat[-1]:8.1f} ms"
+        f"  ({n} jobs)"
+    )
 
 
 def attempt(run, what, fn, *args, **kwargs):
@@ -428,21 +524,38 @@ def attempt(run, what, fn, *args, **kwargs):
 
 # ---------------------------------------------------------------- environment
 
+
 def machine_info():
-    info = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "nproc": os.cpu_count(),
-            "loadavg_start": os.getloadavg()}
+    info = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "nproc": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+    }
     try:
         mem = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
         info["mem_gb"] = round(int(mem) / 2**20, 1)
-        info["cpu"] = next(line.split(":", 1)[1].strip()
-                           for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name"))
+        info["cpu"] = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     try:
-        out = subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-Atc",
-                              "SELECT version(); SHOW synchronous_commit; SHOW fsync;"],
-                             capture_output=True, text=True, timeout=20).stdout.split("\n")
+        out = subprocess.run(
+            [
+                "psql",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-Atc",
+                "SELECT version(); SHOW synchronous_commit; SHOW fsync;",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.split("\n")
         info["postgres"] = out[0].split(" on ")[0]
         info["synchronous_commit"], info["fsync"] = out[1], out[2]
     except (OSError, IndexError, subprocess.TimeoutExpired):
@@ -463,11 +576,26 @@ def versions(specs):
                 if "==" in line and not line.startswith("#"):
                     k, v = line.split("==", 1)
                     pins[k.strip().lower()] = v.strip()
-        py = subprocess.run([spec.python, "-c", "import sys; print(sys.version.split()[0])"],
-                            capture_output=True, text=True).stdout.strip() if installed(spec) else None
-        key = {"jobsite": "django", "django-tasks-db": "django-tasks-db",
-               "procrastinate": "procrastinate", "django-q2": "django-q2",
-               "pgqueuer": "pgqueuer"}[name]
-        found[name] = {"version": pins.get(key.split("[")[0]), "python": py,
-                       "django": pins.get("django"), "notes": spec.notes}
+        py = (
+            subprocess.run(
+                [spec.python, "-c", "import sys; print(sys.version.split()[0])"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            if installed(spec)
+            else None
+        )
+        key = {
+            "jobsite": "django",
+            "django-tasks-db": "django-tasks-db",
+            "procrastinate": "procrastinate",
+            "django-q2": "django-q2",
+            "pgqueuer": "pgqueuer",
+        }[name]
+        found[name] = {
+            "version": pins.get(key.split("[")[0]),
+            "python": py,
+            "django": pins.get("django"),
+            "notes": spec.notes,
+        }
     return found

@@ -25,8 +25,11 @@ class Spec:
         self.cwd = Path(os.environ.get("BENCH_JOBSITE_SRC") or ROOT)
 
     def env(self, config, concurrency=1, retry=False):
-        return {"DATABASE_URL": self.db_url, "DJANGO_SETTINGS_MODULE": "jobsite.settings",
-                "JOBSITE_LOG_LEVEL": "WARNING"}
+        return {
+            "DATABASE_URL": self.db_url,
+            "DJANGO_SETTINGS_MODULE": "jobsite.settings",
+            "JOBSITE_LOG_LEVEL": "WARNING",
+        }
 
     def worker_cmds(self, config, concurrency, burst):
         cmd = [self.python, "manage.py", "worker", "--concurrency", str(concurrency)]
@@ -34,6 +37,7 @@ class Spec:
 
 
 # ---- driver (runs in the system's own venv) ----
+
 
 def _django():
     import django
@@ -107,8 +111,11 @@ def check():
     from jobs.models import Job
 
     states = dict(Job.objects.values_list("state").annotate(n=Count("id")).order_by())
-    return {"states": states, "in_progress": states.get("running", 0),
-            "pending": states.get("pending", 0) + states.get("retrying", 0)}
+    return {
+        "states": states,
+        "in_progress": states.get("running", 0),
+        "pending": states.get("pending", 0) + states.get("retrying", 0),
+    }
 
 
 def main():

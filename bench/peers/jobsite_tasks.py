@@ -1,4 +1,4 @@
-"""jobsite's benchmark tasks (importable by `manage.py worker` because it runs from the repo root)."""
+"""jobsite's benchmark tasks (`manage.py worker` imports them: it runs from the repo root)."""
 
 from django.tasks import task
 

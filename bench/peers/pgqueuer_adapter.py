@@ -30,9 +30,16 @@ class Spec:
         return {"BENCH_DB_URL": self.db_url}
 
     def worker_cmds(self, config, concurrency, burst):
-        cmd = [self.python, "-m", self.module, "worker",
-               "--batch-size", str(self.configs[config]["batch_size"]),
-               "--burst", "1" if burst else "0"]
+        cmd = [
+            self.python,
+            "-m",
+            self.module,
+            "worker",
+            "--batch-size",
+            str(self.configs[config]["batch_size"]),
+            "--burst",
+            "1" if burst else "0",
+        ]
         return [list(cmd) for _ in range(concurrency)]
 
 
@@ -68,8 +75,11 @@ def reset():
     from bench.peers.common import pg_exec
 
     db = os.environ["BENCH_DB_URL"].rsplit("/", 1)[1]
-    rows = pg_exec(db, "SELECT tablename FROM pg_tables WHERE schemaname='public' "
-                       "AND tablename LIKE 'pgqueuer%' AND tablename NOT LIKE '%schedules%'")
+    rows = pg_exec(
+        db,
+        "SELECT tablename FROM pg_tables WHERE schemaname='public' "
+        "AND tablename LIKE 'pgqueuer%' AND tablename NOT LIKE '%schedules%'",
+    )
     pg_exec(db, f"TRUNCATE {', '.join(r[0] for r in rows)}")
     return {}
 
@@ -90,9 +100,10 @@ def enqueue(mode, n, task="noop", start=0, cap=None):
                     break
         else:
             for s in range(0, n, 10_000):
-                chunk = ids[s:s + 10_000]
-                await q.enqueue([task] * len(chunk), [str(i).encode() for i in chunk],
-                                [0] * len(chunk))
+                chunk = ids[s : s + 10_000]
+                await q.enqueue(
+                    [task] * len(chunk), [str(i).encode() for i in chunk], [0] * len(chunk)
+                )
         elapsed = time.perf_counter() - t0
         await conn.close()
         return {"seconds": elapsed, "count": done}
@@ -136,11 +147,16 @@ def latency(n, task="noop"):
 def check():
     from bench.peers.common import pg_exec
 
-    rows = pg_exec(os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
-                   "SELECT status::text, count(*) FROM pgqueuer GROUP BY 1")
+    rows = pg_exec(
+        os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
+        "SELECT status::text, count(*) FROM pgqueuer GROUP BY 1",
+    )
     states = dict(rows)
-    return {"states": states, "in_progress": states.get("picked", 0),
-            "pending": states.get("queued", 0)}
+    return {
+        "states": states,
+        "in_progress": states.get("picked", 0),
+        "pending": states.get("queued", 0),
+    }
 
 
 def worker(batch_size, burst):
@@ -166,8 +182,12 @@ def worker(batch_size, burst):
             run_job(int(job.payload))
 
         # Retry scenarios: retried in the database, 3 attempts in all, no delay.
-        @qm.entrypoint("retried", executor_factory=lambda p: DatabaseRetryEntrypointExecutor(
-            parameters=p, max_attempts=2, initial_delay=timedelta(0)))
+        @qm.entrypoint(
+            "retried",
+            executor_factory=lambda p: DatabaseRetryEntrypointExecutor(
+                parameters=p, max_attempts=2, initial_delay=timedelta(0)
+            ),
+        )
         async def retried(job):
             run_job(int(job.payload))
 

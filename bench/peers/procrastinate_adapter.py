@@ -29,8 +29,18 @@ class Spec:
         return {"BENCH_DB_URL": self.db_url}
 
     def worker_cmds(self, config, concurrency, burst):
-        return [[self.python, "-m", self.module, "worker", "--concurrency", str(concurrency),
-                 "--burst", "1" if burst else "0"]]
+        return [
+            [
+                self.python,
+                "-m",
+                self.module,
+                "worker",
+                "--concurrency",
+                str(concurrency),
+                "--burst",
+                "1" if burst else "0",
+            ]
+        ]
 
 
 def _app():
@@ -52,9 +62,11 @@ def setup():
 def reset():
     from bench.peers.common import pg_exec
 
-    pg_exec(os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
-            "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers,"
-            " procrastinate_workers CASCADE")
+    pg_exec(
+        os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
+        "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_periodic_defers,"
+        " procrastinate_workers CASCADE",
+    )
     return {}
 
 
@@ -71,7 +83,7 @@ def enqueue(mode, n, task="noop", start=0, cap=None):
 
         def bulk():
             for s in range(0, n, 10_000):
-                t.batch_defer(*[{"i": i} for i in ids[s:s + 10_000]])
+                t.batch_defer(*[{"i": i} for i in ids[s : s + 10_000]])
 
         return {"seconds": timed(bulk)}
 
@@ -90,11 +102,16 @@ def latency(n, task="noop"):
 def check():
     from bench.peers.common import pg_exec
 
-    rows = pg_exec(os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
-                   "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1")
+    rows = pg_exec(
+        os.environ["BENCH_DB_URL"].rsplit("/", 1)[1],
+        "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1",
+    )
     states = dict(rows)
-    return {"states": states, "in_progress": states.get("doing", 0),
-            "pending": states.get("todo", 0)}
+    return {
+        "states": states,
+        "in_progress": states.get("doing", 0),
+        "pending": states.get("todo", 0),
+    }
 
 
 def worker(concurrency, burst):

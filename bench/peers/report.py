@@ -10,8 +10,15 @@ README = ROOT / "bench/README.md"
 SECTION = "## Side by side"
 COMMAND = ".venv/bin/python bench/run_all.py"
 
-TARGETS = {"drain": 10_000, "single": 2_000, "bulk": 50_000, "p50": 5, "p99": 20,
-           "retry_share": 0.40, "peer_ratio": 10}
+TARGETS = {
+    "drain": 10_000,
+    "single": 2_000,
+    "bulk": 50_000,
+    "p50": 5,
+    "p99": 20,
+    "retry_share": 0.40,
+    "peer_ratio": 10,
+}
 
 
 def label(system, config):
@@ -36,8 +43,14 @@ class Results:
         self.meta, self.records, self.failures = data["meta"], data["records"], data["failures"]
         self.groups = defaultdict(list)
         for r in self.records:
-            key = (r["scenario"], r["db"], r["system"], r["config"], r.get("n"),
-                   r.get("concurrency"))
+            key = (
+                r["scenario"],
+                r["db"],
+                r["system"],
+                r["config"],
+                r.get("n"),
+                r.get("concurrency"),
+            )
             self.groups[key].append(r)
 
     def median(self, field, scenario, db, system, config="default", n=None, c=None):
@@ -92,7 +105,8 @@ def markdown(path):
     plan = m.get("plan", {})
     out += [
         f"Measured {m.get('started')} – {m.get('finished')} "
-        f"({(m.get('duration_s') or 0) / 60:.0f} min, {'quick mode' if m.get('quick') else 'full run'}, "
+        f"({(m.get('duration_s') or 0) / 60:.0f} min, "
+        f"{'quick mode' if m.get('quick') else 'full run'}, "
         f"{plan.get('rounds')} round(s), medians shown; systems interleaved A, B, C, A, B, C ...). "
         f"Rerun everything with:",
         "",
@@ -127,7 +141,8 @@ def markdown(path):
             f"Supplementary run {s['started']} – {s['finished']} (load at its start "
             f"{s['loadavg_start'][0]:.2f}, {s['rounds']} rounds, not interleaved with the main "
             f"run): {', '.join(s['what'])} in {', '.join(s['scenarios'])}. "
-            for s in m.get("supplements", []))
+            for s in m.get("supplements", [])
+        )
         + "Other engineers' test suites may share the machine: a load above ~1.5 on 2 cores "
         "depresses every system, and the peers (more processes) somewhat more.",
         "",
@@ -139,42 +154,59 @@ def markdown(path):
         version = v.get("version") or "?"
         if name == "jobsite":
             version = f"this repo (Django {v.get('django')})"
-        out.append(f"| {name} | {version}{django} | {v.get('python') or 'not installed'} | "
-                   f"{v.get('notes')} |")
-    out += ["", "Settings: *default* = the system's defaults; *fast* = its documented speed "
-            "settings (django-tasks-db: `--interval 0.01 --no-startup-delay`; django-q2: "
-            "`bulk 50, poll 0.01, queue_limit 200, save_limit -1`; pgqueuer: `batch_size 100`); "
-            "*fast-persistent* = *fast* plus Django's persistent connections (`CONN_MAX_AGE = "
-            "None`): both Django peers call `close_old_connections()` around every task or broker "
-            "call, so with Django's default (0) they open a new PostgreSQL connection per job. "
-            "procrastinate's documented knob is `concurrency`, which is the concurrency axis "
-            "itself; jobsite has no tuning flags beyond `--concurrency`. "
-            "Ratios are jobsite ÷ peer for rates (> 1 = jobsite faster) and peer ÷ jobsite for "
-            "latency and memory (> 1 = jobsite lower).", ""]
+        out.append(
+            f"| {name} | {version}{django} | {v.get('python') or 'not installed'} | "
+            f"{v.get('notes')} |"
+        )
+    out += [
+        "",
+        "Settings: *default* = the system's defaults; *fast* = its documented speed "
+        "settings (django-tasks-db: `--interval 0.01 --no-startup-delay`; django-q2: "
+        "`bulk 50, poll 0.01, queue_limit 200, save_limit -1`; pgqueuer: `batch_size 100`); "
+        "*fast-persistent* = *fast* plus Django's persistent connections (`CONN_MAX_AGE = "
+        "None`): both Django peers call `close_old_connections()` around every task or broker "
+        "call, so with Django's default (0) they open a new PostgreSQL connection per job. "
+        "procrastinate's documented knob is `concurrency`, which is the concurrency axis "
+        "itself; jobsite has no tuning flags beyond `--concurrency`. "
+        "Ratios are jobsite ÷ peer for rates (> 1 = jobsite faster) and peer ÷ jobsite for "
+        "latency and memory (> 1 = jobsite lower).",
+        "",
+    ]
 
     # (1) enqueue
     if R.variants("enqueue", "postgres"):
         n = plan.get("enqueue_n")
-        out += [f"### 1. Enqueue {n:,} no-op jobs (PostgreSQL), jobs/s", "",
-                "| system | one call at a time | jobsite ÷ peer | bulk API | jobsite ÷ peer |",
-                "|---|---:|---:|---:|---:|"]
+        out += [
+            f"### 1. Enqueue {n:,} no-op jobs (PostgreSQL), jobs/s",
+            "",
+            "| system | one call at a time | jobsite ÷ peer | bulk API | jobsite ÷ peer |",
+            "|---|---:|---:|---:|---:|",
+        ]
         js = R.median("single_per_s", "enqueue", "postgres", "jobsite", n=n)
         jb = R.median("bulk_per_s", "enqueue", "postgres", "jobsite", n=n)
         for system, config in R.variants("enqueue", "postgres"):
             s = R.median("single_per_s", "enqueue", "postgres", system, config, n=n)
             b = R.median("bulk_per_s", "enqueue", "postgres", system, config, n=n)
             bulk = fmt_rate(b) if b else "no bulk API"
-            out.append(f"| {label(system, config)} | {fmt_rate(s)} | "
-                       f"{'' if system == 'jobsite' else fmt_ratio(ratio(js, s))} | {bulk} | "
-                       f"{'' if system == 'jobsite' or not b else fmt_ratio(ratio(jb, b))} |")
-        out += ["", f"One-at-a-time enqueueing stops after {plan.get('enqueue_cap')} s and is "
-                "measured over the calls made by then. Bulk APIs: jobsite `enqueue_many`, "
-                "procrastinate `batch_defer`, pgqueuer `enqueue(lists)`; django-tasks-db and "
-                "django-q2 have none.", ""]
+            out.append(
+                f"| {label(system, config)} | {fmt_rate(s)} | "
+                f"{'' if system == 'jobsite' else fmt_ratio(ratio(js, s))} | {bulk} | "
+                f"{'' if system == 'jobsite' or not b else fmt_ratio(ratio(jb, b))} |"
+            )
+        out += [
+            "",
+            f"One-at-a-time enqueueing stops after {plan.get('enqueue_cap')} s and is "
+            "measured over the calls made by then. Bulk APIs: jobsite `enqueue_many`, "
+            "procrastinate `batch_defer`, pgqueuer `enqueue(lists)`; django-tasks-db and "
+            "django-q2 have none.",
+            "",
+        ]
 
     # (2) drain
     if R.variants("drain", "postgres"):
-        out += drain_table(R, "drain", "postgres", "2. Drain pre-enqueued no-op jobs (PostgreSQL), jobs/s")
+        out += drain_table(
+            R, "drain", "postgres", "2. Drain pre-enqueued no-op jobs (PostgreSQL), jobs/s"
+        )
 
     # (3) latency
     if R.variants("latency", "postgres"):
@@ -183,12 +215,18 @@ def markdown(path):
     # (4) retries
     if R.variants("retry_flaky", "postgres") or R.variants("retry_dead", "postgres"):
         n, c = plan.get("retry_n"), plan.get("retry_concurrency")
-        out += [f"### 4. Retry-heavy (PostgreSQL), {n:,} jobs, concurrency {c}", "",
-                "| system | fail once, then succeed: jobs/s | share of its no-op drain | "
-                "jobsite ÷ peer | always fail, 3 attempts: dead letters/s | jobsite ÷ peer |",
-                "|---|---:|---:|---:|---:|---:|"]
-        drain_n = max((cell[0] for cell in R.cells("drain", "postgres") if cell[1] == c),
-                      default=None, key=lambda x: -x)  # the smaller drain at this concurrency
+        out += [
+            f"### 4. Retry-heavy (PostgreSQL), {n:,} jobs, concurrency {c}",
+            "",
+            "| system | fail once, then succeed: jobs/s | share of its no-op drain | "
+            "jobsite ÷ peer | always fail, 3 attempts: dead letters/s | jobsite ÷ peer |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        drain_n = max(
+            (cell[0] for cell in R.cells("drain", "postgres") if cell[1] == c),
+            default=None,
+            key=lambda x: -x,
+        )  # the smaller drain at this concurrency
         jf = R.median("jobs_per_s", "retry_flaky", "postgres", "jobsite", n=n, c=c)
         jd = R.median("jobs_per_s", "retry_dead", "postgres", "jobsite", n=n, c=c)
         systems = R.variants("retry_flaky", "postgres") or R.variants("retry_dead", "postgres")
@@ -199,37 +237,48 @@ def markdown(path):
             share = f"{f / base:.0%}" if f and base else "–"
             cf = R.mark("retry_flaky", "postgres", system, config, n, c)
             cd = R.mark("retry_dead", "postgres", system, config, n, c)
-            out.append(f"| {label(system, config)} | {fmt_rate(f)}{cf} | {share} | "
-                       f"{'' if system == 'jobsite' else fmt_ratio(ratio(jf, f))} | "
-                       f"{fmt_rate(d)}{cd} | "
-                       f"{'' if system == 'jobsite' else fmt_ratio(ratio(jd, d))} |")
-        out += ["", "Smallest backoff of each: jobsite `Fixed(0)`, procrastinate "
-                "`RetryStrategy(max_attempts=2, wait=0)`, pgqueuer "
-                "`DatabaseRetryEntrypointExecutor(max_attempts=2, initial_delay=0)`, django-q2 "
-                "re-delivers an unacknowledged task once its lease lapses (`retry` 2 s, the "
-                "smallest above `timeout` 1 s; `max_attempts` 3). django-tasks-db has no retries. "
-                "Jobs/s counts a job when its last execution started (logical throughput); "
-                "† = stopped at the time cap, measured over the jobs completed by then.", ""]
+            out.append(
+                f"| {label(system, config)} | {fmt_rate(f)}{cf} | {share} | "
+                f"{'' if system == 'jobsite' else fmt_ratio(ratio(jf, f))} | "
+                f"{fmt_rate(d)}{cd} | "
+                f"{'' if system == 'jobsite' else fmt_ratio(ratio(jd, d))} |"
+            )
+        out += [
+            "",
+            "Smallest backoff of each: jobsite `Fixed(0)`, procrastinate "
+            "`RetryStrategy(max_attempts=2, wait=0)`, pgqueuer "
+            "`DatabaseRetryEntrypointExecutor(max_attempts=2, initial_delay=0)`, django-q2 "
+            "re-delivers an unacknowledged task once its lease lapses (`retry` 2 s, the "
+            "smallest above `timeout` 1 s; `max_attempts` 3). django-tasks-db has no retries. "
+            "Jobs/s counts a job when its last execution started (logical throughput); "
+            "† = stopped at the time cap, measured over the jobs completed by then.",
+            "",
+        ]
 
     # (5) SQLite
     if R.variants("drain", "sqlite") or R.variants("enqueue", "sqlite"):
-        out += [f"### 5. SQLite: jobsite against django-tasks-db", ""]
+        out += ["### 5. SQLite: jobsite against django-tasks-db", ""]
         if R.variants("enqueue", "sqlite"):
             n = plan.get("enqueue_n")
             out += ["| system | enqueue one at a time, jobs/s | bulk, jobs/s |", "|---|---:|---:|"]
             for system, config in R.variants("enqueue", "sqlite"):
                 s = R.median("single_per_s", "enqueue", "sqlite", system, config, n=n)
                 b = R.median("bulk_per_s", "enqueue", "sqlite", system, config, n=n)
-                out.append(f"| {label(system, config)} | {fmt_rate(s)} | "
-                           f"{fmt_rate(b) if b else 'no bulk API'} |")
+                out.append(
+                    f"| {label(system, config)} | {fmt_rate(s)} | "
+                    f"{fmt_rate(b) if b else 'no bulk API'} |"
+                )
             out.append("")
         if R.variants("drain", "sqlite"):
             out += drain_table(R, "drain", "sqlite", None)
         if R.variants("latency", "sqlite"):
             out += latency_table(R, "sqlite", None)
-        out += ["django-tasks-db on SQLite: *default* = Django's SQLite defaults (rollback "
-                "journal); *fast* = WAL, `synchronous=NORMAL`, `transaction_mode=IMMEDIATE` and "
-                "the fast polling flags. jobsite uses its own settings (WAL).", ""]
+        out += [
+            "django-tasks-db on SQLite: *default* = Django's SQLite defaults (rollback "
+            "journal); *fast* = WAL, `synchronous=NORMAL`, `transaction_mode=IMMEDIATE` and "
+            "the fast polling flags. jobsite uses its own settings (WAL).",
+            "",
+        ]
 
     # (6) memory
     out += memory_table(R)
@@ -237,16 +286,20 @@ def markdown(path):
     out += targets(R)
 
     if R.failures:
-        out += ["### Runs that failed", "",
-                "The measurement is kept (marked ✗ above) and the check's message listed here. "
-                "What they mean, from reading the peers' code: *django-tasks-db … left running*: "
-                "`db_worker` exits at once on SIGTERM when it is between claiming a task and "
-                "starting it, leaving that task `RUNNING` for good (it has no lease recovery); "
-                "*pgqueuer … left running (picked)*: jobs a worker had fetched in its batch but "
-                "not started stay `picked` after SIGTERM until another worker's heartbeat "
-                "timeout (30 s) re-picks them; *django-q2 … executed 3x / 4x*: with the short "
-                "`retry` lease a package waiting in the cluster's internal queue is handed out "
-                "again, so it runs more often than its attempts allow.", ""]
+        out += [
+            "### Runs that failed",
+            "",
+            "The measurement is kept (marked ✗ above) and the check's message listed here. "
+            "What they mean, from reading the peers' code: *django-tasks-db … left running*: "
+            "`db_worker` exits at once on SIGTERM when it is between claiming a task and "
+            "starting it, leaving that task `RUNNING` for good (it has no lease recovery); "
+            "*pgqueuer … left running (picked)*: jobs a worker had fetched in its batch but "
+            "not started stay `picked` after SIGTERM until another worker's heartbeat "
+            "timeout (30 s) re-picks them; *django-q2 … executed 3x / 4x*: with the short "
+            "`retry` lease a package waiting in the cluster's internal queue is handed out "
+            "again, so it runs more often than its attempts allow.",
+            "",
+        ]
         for f in R.failures:
             first = f["error"].strip().splitlines()
             out.append(f"- **{f['what']}**: {' '.join(x.strip() for x in first[-3:])[:400]}")
@@ -275,15 +328,23 @@ def drain_table(R, scenario, db, title):
             else:
                 cells.append(f"{fmt_rate(x)}{mark} ({fmt_ratio(ratio(mine, x))})")
         out.append(f"| {n:,} | {c} | " + " | ".join(cells) + " |")
-    out += ["", "Rate = jobs ÷ time from the first job's start to the last job's start "
-            "(worker start-up excluded); in parentheses jobsite ÷ that peer. Concurrency N = "
-            "jobsite `--concurrency N` (one process), procrastinate `concurrency=N` (one "
-            "process), django-q2 `workers=N` (one cluster), django-tasks-db and pgqueuer N "
-            "worker processes."
-            + (" † = the drain was still running at the time cap and was stopped (SIGTERM): "
-               "the rate is over the jobs that ran by then (the queue was still deep)."
-               if any_capped else "") + " ✗ = a correctness check failed in at least one round "
-            "(see *Runs that failed*).", ""]
+    out += [
+        "",
+        "Rate = jobs ÷ time from the first job's start to the last job's start "
+        "(worker start-up excluded); in parentheses jobsite ÷ that peer. Concurrency N = "
+        "jobsite `--concurrency N` (one process), procrastinate `concurrency=N` (one "
+        "process), django-q2 `workers=N` (one cluster), django-tasks-db and pgqueuer N "
+        "worker processes."
+        + (
+            " † = the drain was still running at the time cap and was stopped (SIGTERM): "
+            "the rate is over the jobs that ran by then (the queue was still deep)."
+            if any_capped
+            else ""
+        )
+        + " ✗ = a correctness check failed in at least one round "
+        "(see *Runs that failed*).",
+        "",
+    ]
     return out
 
 
@@ -291,12 +352,20 @@ def latency_table(R, db, title):
     out = []
     if title:
         out += [f"### {title}", ""]
-    out += ["| system | jobs | p50 ms | p99 ms | p50 peer ÷ jobsite | p99 peer ÷ jobsite |",
-            "|---|---:|---:|---:|---:|---:|"]
+    out += [
+        "| system | jobs | p50 ms | p99 ms | p50 peer ÷ jobsite | p99 peer ÷ jobsite |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     j50 = j99 = None
     for system, config in R.variants("latency", db):
-        rows = [r for r in R.records if r["scenario"] == "latency" and r["db"] == db
-                and r["system"] == system and r["config"] == config]
+        rows = [
+            r
+            for r in R.records
+            if r["scenario"] == "latency"
+            and r["db"] == db
+            and r["system"] == system
+            and r["config"] == config
+        ]
         if not rows:
             continue
         p50 = statistics.median(r["p50_ms"] for r in rows)
@@ -306,14 +375,20 @@ def latency_table(R, db, title):
         r50 = "" if system == "jobsite" else fmt_ratio(ratio(j50, p50, lower_is_better=True))
         r99 = "" if system == "jobsite" else fmt_ratio(ratio(j99, p99, lower_is_better=True))
         bad = " ✗" if any(r.get("problems") for r in rows) else ""
-        out.append(f"| {label(system, config)}{bad} | {rows[0]['n']} | {p50:,.1f} | {p99:,.1f} | "
-                   f"{r50} | {r99} |")
+        out.append(
+            f"| {label(system, config)}{bad} | {rows[0]['n']} | {p50:,.1f} | {p99:,.1f} | "
+            f"{r50} | {r99} |"
+        )
     gap = R.meta.get("idle_gap_ms", [5, 15])
-    out += ["", f"One worker (concurrency 1) idles; each job is enqueued {gap[0]:.0f}–{gap[1]:.0f} "
-            "ms (uniform) after the previous one started; latency = the job body's start − "
-            "the moment the enqueue call began (5 warm-up jobs discarded). Systems that poll "
-            "by default (django-tasks-db every 1 s, django-q2 every 0.2 s) run fewer jobs "
-            "with their defaults to keep the run short.", ""]
+    out += [
+        "",
+        f"One worker (concurrency 1) idles; each job is enqueued {gap[0]:.0f}–{gap[1]:.0f} "
+        "ms (uniform) after the previous one started; latency = the job body's start − "
+        "the moment the enqueue call began (5 warm-up jobs discarded). Systems that poll "
+        "by default (django-tasks-db every 1 s, django-q2 every 0.2 s) run fewer jobs "
+        "with their defaults to keep the run short.",
+        "",
+    ]
     return out
 
 
@@ -324,8 +399,14 @@ def memory_table(R):
             cells = []
             for n, c in R.cells("drain", db):
                 cells.append(R.median("peak_rss_mb", "drain", db, system, config, n=n, c=c))
-            idle = [r["idle_rss_mb"] for r in R.records if r["scenario"] == "latency"
-                    and r["db"] == db and r["system"] == system and r["config"] == config]
+            idle = [
+                r["idle_rss_mb"]
+                for r in R.records
+                if r["scenario"] == "latency"
+                and r["db"] == db
+                and r["system"] == system
+                and r["config"] == config
+            ]
             rows.append((db, system, config, cells, statistics.median(idle) if idle else None))
     if not rows:
         return []
@@ -335,29 +416,42 @@ def memory_table(R):
         mine = [r for r in rows if r[0] == db]
         if not mine:
             continue
-        out += [f"| {db} | idle (latency run, 1 worker) | "
-                + " | ".join(f"drain {n:,} c{c} (peak)" for n, c in cells) + " |",
-                "|---|---:|" + "---:|" * len(cells)]
+        out += [
+            f"| {db} | idle (latency run, 1 worker) | "
+            + " | ".join(f"drain {n:,} c{c} (peak)" for n, c in cells)
+            + " |",
+            "|---|---:|" + "---:|" * len(cells),
+        ]
         for _, system, config, values, idle in mine:
-            out.append(f"| {label(system, config)} | {'–' if idle is None else f'{idle:,.0f}'} | "
-                       + " | ".join("–" if v is None else f"{v:,.0f}" for v in values) + " |")
+            out.append(
+                f"| {label(system, config)} | {'–' if idle is None else f'{idle:,.0f}'} | "
+                + " | ".join("–" if v is None else f"{v:,.0f}" for v in values)
+                + " |"
+            )
         out.append("")
-    out += ["Sampled every 0.1 s from /proc (VmRSS of every process in each worker's tree, "
-            "summed over the worker processes: 1 for jobsite and procrastinate, N for "
-            "django-tasks-db and pgqueuer, the whole cluster for django-q2).", ""]
+    out += [
+        "Sampled every 0.1 s from /proc (VmRSS of every process in each worker's tree, "
+        "summed over the worker processes: 1 for jobsite and procrastinate, N for "
+        "django-tasks-db and pgqueuer, the whole cluster for django-q2).",
+        "",
+    ]
     return out
 
 
 def targets(R):
     db = "postgres"
     out = ["### Against the targets (PostgreSQL, durable commits)", ""]
-    drains = [(R.median("jobs_per_s", "drain", db, "jobsite", n=n, c=c), n, c)
-              for n, c in R.cells("drain", db)]
+    drains = [
+        (R.median("jobs_per_s", "drain", db, "jobsite", n=n, c=c), n, c)
+        for n, c in R.cells("drain", db)
+    ]
     drains = [d for d in drains if d[0]]
     if drains:
         best = max(drains)
-        out.append(f"- drain ≥ {TARGETS['drain']:,}/s: best {best[0]:,.0f}/s ({best[1]:,} jobs, "
-                   f"concurrency {best[2]}) — {'met' if best[0] >= TARGETS['drain'] else 'not met'}")
+        out.append(
+            f"- drain ≥ {TARGETS['drain']:,}/s: best {best[0]:,.0f}/s ({best[1]:,} jobs, "
+            f"concurrency {best[2]}) — {'met' if best[0] >= TARGETS['drain'] else 'not met'}"
+        )
         worst = None
         for n, c in R.cells("drain", db):
             mine = R.median("jobs_per_s", "drain", db, "jobsite", n=n, c=c)
@@ -369,26 +463,37 @@ def targets(R):
                 if r is not None and (worst is None or r < worst[0]):
                     worst = (r, label(system, config), n, c)
         if worst:
-            out.append(f"- drain ≥ {TARGETS['peer_ratio']}× each peer: smallest ratio "
-                       f"{worst[0]:.1f}× ({worst[1]}, {worst[2]:,} jobs, concurrency {worst[3]}) — "
-                       f"{'met' if worst[0] >= TARGETS['peer_ratio'] else 'not met'}")
+            out.append(
+                f"- drain ≥ {TARGETS['peer_ratio']}× each peer: smallest ratio "
+                f"{worst[0]:.1f}× ({worst[1]}, {worst[2]:,} jobs, concurrency {worst[3]}) — "
+                f"{'met' if worst[0] >= TARGETS['peer_ratio'] else 'not met'}"
+            )
     n = R.meta.get("plan", {}).get("enqueue_n")
     s = R.median("single_per_s", "enqueue", db, "jobsite", n=n)
     b = R.median("bulk_per_s", "enqueue", db, "jobsite", n=n)
     if s:
-        out.append(f"- single enqueue ≥ {TARGETS['single']:,}/s: {s:,.0f}/s — "
-                   f"{'met' if s >= TARGETS['single'] else 'not met'}")
+        out.append(
+            f"- single enqueue ≥ {TARGETS['single']:,}/s: {s:,.0f}/s — "
+            f"{'met' if s >= TARGETS['single'] else 'not met'}"
+        )
     if b:
-        out.append(f"- bulk enqueue ≥ {TARGETS['bulk']:,}/s: {b:,.0f}/s — "
-                   f"{'met' if b >= TARGETS['bulk'] else 'not met'}")
-    lat = [r for r in R.records if r["scenario"] == "latency" and r["db"] == db
-           and r["system"] == "jobsite"]
+        out.append(
+            f"- bulk enqueue ≥ {TARGETS['bulk']:,}/s: {b:,.0f}/s — "
+            f"{'met' if b >= TARGETS['bulk'] else 'not met'}"
+        )
+    lat = [
+        r
+        for r in R.records
+        if r["scenario"] == "latency" and r["db"] == db and r["system"] == "jobsite"
+    ]
     if lat:
         p50 = statistics.median(r["p50_ms"] for r in lat)
         p99 = statistics.median(r["p99_ms"] for r in lat)
-        out.append(f"- wake-up p50 ≤ {TARGETS['p50']} ms / p99 ≤ {TARGETS['p99']} ms: "
-                   f"{p50:.1f} / {p99:.1f} ms — "
-                   f"{'met' if p50 <= TARGETS['p50'] and p99 <= TARGETS['p99'] else 'not met'}")
+        out.append(
+            f"- wake-up p50 ≤ {TARGETS['p50']} ms / p99 ≤ {TARGETS['p99']} ms: "
+            f"{p50:.1f} / {p99:.1f} ms — "
+            f"{'met' if p50 <= TARGETS['p50'] and p99 <= TARGETS['p99'] else 'not met'}"
+        )
     plan = R.meta.get("plan", {})
     rn, rc = plan.get("retry_n"), plan.get("retry_concurrency")
     f = R.median("jobs_per_s", "retry_flaky", db, "jobsite", n=rn, c=rc)
@@ -397,9 +502,11 @@ def targets(R):
         n0 = min(cell[0] for cell in base_cells)
         base = R.median("jobs_per_s", "drain", db, "jobsite", n=n0, c=rc)
         if base:
-            out.append(f"- retry-heavy ≥ {TARGETS['retry_share']:.0%} of the no-op drain: "
-                       f"{f:,.0f} of {base:,.0f} jobs/s = {f / base:.0%} — "
-                       f"{'met' if f / base >= TARGETS['retry_share'] else 'not met'}")
+            out.append(
+                f"- retry-heavy ≥ {TARGETS['retry_share']:.0%} of the no-op drain: "
+                f"{f:,.0f} of {base:,.0f} jobs/s = {f / base:.0%} — "
+                f"{'met' if f / base >= TARGETS['retry_share'] else 'not met'}"
+            )
     out.append("")
     return out
 
@@ -412,11 +519,17 @@ def merge(main_path, supplement_path):
     main["failures"] += sup["failures"]
     sm = sup["meta"]
     main["meta"].setdefault("supplements", []).append(
-        {"started": sm.get("started"), "finished": sm.get("finished"),
-         "loadavg_start": sm.get("loadavg_start"), "duration_s": sm.get("duration_s"),
-         "what": sorted({label(r["system"], r["config"]) for r in sup["records"]}),
-         "scenarios": sorted({r["scenario"] for r in sup["records"]}),
-         "rounds": sm.get("plan", {}).get("rounds"), "path": str(supplement_path)})
+        {
+            "started": sm.get("started"),
+            "finished": sm.get("finished"),
+            "loadavg_start": sm.get("loadavg_start"),
+            "duration_s": sm.get("duration_s"),
+            "what": sorted({label(r["system"], r["config"]) for r in sup["records"]}),
+            "scenarios": sorted({r["scenario"] for r in sup["records"]}),
+            "rounds": sm.get("plan", {}).get("rounds"),
+            "path": str(supplement_path),
+        }
+    )
     Path(main_path).write_text(json.dumps(main, indent=1))
     return Path(main_path)
 
@@ -429,10 +542,18 @@ def update_readme(markdown_text):
     if start is None:
         new = text.rstrip("\n") + "\n\n" + markdown_text.rstrip("\n") + "\n"
     else:
-        end = next((i for i in range(start + 1, len(lines))
-                    if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + markdown_text.rstrip("\n").splitlines()
-                        + ([""] if end < len(lines) else []) + lines[end:]) + "\n"
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        new = (
+            "\n".join(
+                lines[:start]
+                + markdown_text.rstrip("\n").splitlines()
+                + ([""] if end < len(lines) else [])
+                + lines[end:]
+            )
+            + "\n"
+        )
     README.write_text(new)
 
 
