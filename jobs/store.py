@@ -398,6 +398,22 @@ class Finish:
     # Set for an attempt handed back at shutdown when it was the last allowed one.
     raise_max_attempts: bool = False
 
+    def values(self) -> tuple:
+        """The outcome as both dialects' finish statements take it (their first 11 columns)."""
+        return (
+            self.job_id,
+            self.lease_id,
+            self.state,
+            self.return_json,
+            float(self.delay or 0),
+            self.reason,
+            self.error_type[:255],
+            self.error_message,
+            self.error_traceback,
+            1 if self.only_if_expired else 0,
+            1 if self.raise_max_attempts else 0,
+        )
+
 
 def finish(results: list[Finish]) -> list[Finish]:
     """Apply the outcomes whose lease still holds; return those that took effect.
@@ -558,30 +574,8 @@ FINISH_PG = f"""
 
 
 def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
-    columns = [[] for _ in range(15)]
-    for r in chunk:
-        for column, value in zip(
-            columns,
-            (
-                r.job_id,
-                r.lease_id,
-                r.state,
-                r.return_json,
-                float(r.delay or 0),
-                r.reason,
-                r.error_type[:255],
-                r.error_message,
-                r.error_traceback,
-                1 if r.only_if_expired else 0,
-                1 if r.raise_max_attempts else 0,
-                r.outcome,
-                r.worker_id,
-                r.started_at,
-                r.finished_at,
-            ),
-            strict=True,
-        ):
-            column.append(value)
+    outcomes = [(*r.values(), r.outcome, r.worker_id, r.started_at, r.finished_at) for r in chunk]
+    columns = [list(column) for column in zip(*outcomes, strict=True)]
     with _BoundCursor() as bound:
         bound.execute(FINISH_PG, columns, prepare=True)
         rows = bound.fetchall()
@@ -595,19 +589,8 @@ def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
     rows, params = [], []
     for r in chunk:
         rows.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
-        params += [
-            d.uuid_value(r.job_id),
-            d.uuid_value(r.lease_id),
-            r.state,
-            r.return_json,
-            float(r.delay or 0),
-            r.reason,
-            r.error_type[:255],
-            r.error_message,
-            r.error_traceback,
-            1 if r.only_if_expired else 0,
-            1 if r.raise_max_attempts else 0,
-        ]
+        job_id, lease_id, *rest = r.values()
+        params += [d.uuid_value(job_id), d.uuid_value(lease_id), *rest]
     sql = f"""
         WITH v (job_id, lease_id, new_state, return_value, delay, reason, error_type,
                 error_message, error_traceback, only_if_expired, raise_max) AS (
