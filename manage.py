@@ -4,6 +4,10 @@ import sys
 
 
 def main():
+    if sys.argv[1:2] == ["worker"]:
+        from jobs import startup_signals
+
+        startup_signals.hold()  # a stop request while Django starts still ends cleanly
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
     from django.core.management import execute_from_command_line
 

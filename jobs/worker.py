@@ -29,7 +29,7 @@ from django.tasks import task_backends
 from django.utils import timezone
 
 from . import executor as ex
-from . import store
+from . import startup_signals, store
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
 from .pool import Dispatcher, Executor, mp_context
@@ -161,8 +161,8 @@ class Worker:
         connection_created.connect(self._session_limits, weak=False)
         if connection.connection is not None:
             self._session_limits(None, connection)
-        self._install_signal_handlers()
         self.stop_event = mp_context().Event()
+        self._install_signal_handlers()
         self.executors = [
             Executor(i, self.worker_id, self.stop_event) for i in range(self.config.concurrency)
         ]
@@ -259,6 +259,8 @@ class Worker:
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        for signum in startup_signals.release():
+            self._on_signal(signum, None)
 
     def _on_signal(self, signum, frame):
         self.signals_seen += 1

@@ -1,7 +1,10 @@
 """The real worker, in a subprocess, against the test database."""
 
 import collections
+import signal
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -280,3 +283,23 @@ def test_malformed_arguments_get_a_clear_error(run_worker, args, message):
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _catches(pid, signum):
+    """Whether process `pid` has a handler installed for `signum` (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_a_stop_request_while_the_worker_starts_ends_it_cleanly(start_worker):
+    proc = start_worker("--concurrency", "1")
+    deadline = time.monotonic() + 30
+    while not _catches(proc.pid, signal.SIGTERM):
+        assert proc.poll() is None and time.monotonic() < deadline, "worker never started"
+    proc.send_signal(signal.SIGTERM)  # most likely still importing Django
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "received SIGTERM" in output
+    assert not Job.objects.filter(state=JobState.RUNNING).exists()
