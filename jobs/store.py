@@ -856,21 +856,24 @@ def settle_orphaned_continuations(limit: int = 1000) -> int:
 
 
 def compact_counters() -> None:
-    """Fold the counter increments into one row per name."""
+    """Fold the counter increments into one row per name.
+
+    Safe with any number of workers doing it at once: the totals put back are summed from
+    exactly the rows this statement deleted (PostgreSQL), and SQLite write transactions take
+    the write lock at BEGIN, so two compactions never interleave there.
+    """
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"SELECT max(id) FROM {COUNTER}")
-        (top,) = cursor.fetchone()
-        if top is None:
+        cursor.execute(f"SELECT name, count(*) FROM {COUNTER} GROUP BY name")
+        if all(count <= 1 for _, count in cursor.fetchall()):
             return
-        cursor.execute(
-            f"SELECT name, sum(value), count(*) FROM {COUNTER} WHERE id <= %s GROUP BY name",
-            [top],
-        )
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"WITH gone AS (DELETE FROM {COUNTER} RETURNING name, value) "
+                f"INSERT INTO {COUNTER} (name, value) "
+                f"SELECT name, sum(value) FROM gone GROUP BY name"
+            )
+            return
+        cursor.execute(f"SELECT name, sum(value) FROM {COUNTER} GROUP BY name")
         totals = cursor.fetchall()
-        if all(count <= 1 for _, _, count in totals):
-            return
-        cursor.execute(f"DELETE FROM {COUNTER} WHERE id <= %s", [top])
-        cursor.executemany(
-            f"INSERT INTO {COUNTER} (name, value) VALUES (%s, %s)",
-            [(name, total) for name, total, _ in totals],
-        )
+        cursor.execute(f"DELETE FROM {COUNTER}")
+        cursor.executemany(f"INSERT INTO {COUNTER} (name, value) VALUES (%s, %s)", totals)

@@ -1,0 +1,43 @@
+import threading
+
+import pytest
+from django.db import connection
+
+from jobs import store
+from jobs.models import CounterDelta
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_counter_compactions_keep_every_count():
+    for _ in range(5):
+        store.add_counters({"jobs_enqueued": 2, "jobs_succeeded": 1})
+    expected = CounterDelta.objects.totals()
+    barrier = threading.Barrier(6)
+    errors = []
+
+    def compact():
+        try:
+            barrier.wait()
+            store.compact_counters()
+        except Exception as e:  # surfaced below; a thread must not swallow it
+            errors.append(e)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=compact) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not [e for e in errors if "locked" not in str(e)]
+    assert CounterDelta.objects.totals() == expected == {"jobs_enqueued": 10, "jobs_succeeded": 5}
+    assert CounterDelta.objects.count() <= 5 * 2
+
+
+@pytest.mark.django_db
+def test_compacting_folds_the_increments_into_one_row_per_name():
+    for _ in range(3):
+        store.add_counters({"jobs_failed": 1, "jobs_requeued": 2})
+    store.compact_counters()
+    assert CounterDelta.objects.count() == 2
+    assert CounterDelta.objects.totals() == {"jobs_failed": 3, "jobs_requeued": 6}
