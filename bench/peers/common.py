@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 IDLE_GAP = (0.010, 0.030)  # seconds between one job's start and the next enqueue (uniform)
@@ -72,6 +73,26 @@ def pg_exec(dbname, *statements):
 def emit(result):
     """Drivers print one JSON line prefixed with RESULT; the harness parses it."""
     print("RESULT " + json.dumps(result), flush=True)
+
+
+def recreate_database(url):
+    """A fresh, empty scratch database for a driver: PostgreSQL by name, or an SQLite file."""
+    if url.startswith("postgres"):
+        recreate_pg_database(url.rsplit("/", 1)[1])
+        return
+    path = Path(url.split("sqlite://", 1)[1])
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def run_driver(commands):
+    """A driver's entry point: run the command named on the command line, print its result."""
+    command, opts = argv_options()
+    for key in ("n", "start"):
+        if key in opts:
+            opts[key] = int(opts[key])
+    emit(commands[command](**opts))
 
 
 def argv_options(argv=None):

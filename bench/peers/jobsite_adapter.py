@@ -46,16 +46,9 @@ def _django():
 
 
 def setup():
-    from bench.peers.common import recreate_pg_database
+    from bench.peers.common import recreate_database
 
-    url = os.environ["DATABASE_URL"]
-    if url.startswith("postgres"):
-        recreate_pg_database(url.rsplit("/", 1)[1])
-    else:
-        path = Path(url.split("sqlite://", 1)[1])
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    recreate_database(os.environ["DATABASE_URL"])
     _django()
     from django.core.management import call_command
 
@@ -119,13 +112,9 @@ def check():
 
 
 def main():
-    from bench.peers.common import argv_options, emit
+    from bench.peers.common import run_driver
 
-    command, opts = argv_options()
-    for key in ("n", "start"):
-        if key in opts:
-            opts[key] = int(opts[key])
-    emit(globals()[command](**opts))
+    run_driver(globals())
 
 
 if __name__ == "__main__":

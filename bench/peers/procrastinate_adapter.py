@@ -125,13 +125,9 @@ def worker(concurrency, burst):
 
 
 def main():
-    from bench.peers.common import argv_options, emit
+    from bench.peers.common import run_driver
 
-    command, opts = argv_options()
-    for key in ("n", "start"):
-        if key in opts:
-            opts[key] = int(opts[key])
-    emit(globals()[command](**opts))
+    run_driver(globals())
 
 
 if __name__ == "__main__":
