@@ -85,12 +85,23 @@ def dialect() -> _Dialect:
     return _Dialect(connection.vendor)
 
 
+# A prepare threshold no statement reaches by repetition: only `prepare=True` prepares.
+ONLY_WHEN_ASKED = 2**31 - 1
+
+
 class _BoundCursor:
     """A psycopg cursor with server-side binding for the hot statements on PostgreSQL.
 
     Their text is constant (arrays in, unnest out), so psycopg prepares each once per
     connection and sends parameters in binary; Django's own cursors interpolate on the client.
     Errors come out as Django's database exceptions, like any other query.
+
+    Django turns psycopg's prepared statements off (`prepare_threshold` None) for the sake of
+    connection poolers, and psycopg then ignores `prepare=True`; planning the hot statements
+    afresh costs more than running them. So, unless the project's DATABASES OPTIONS name
+    `prepare_threshold` themselves, the threshold is raised to "never automatically": only
+    these explicitly marked statements are prepared. Behind a transaction-mode pooler without
+    prepared-statement support, set OPTIONS `"prepare_threshold": None` to keep them off.
     """
 
     def __enter__(self):
@@ -99,7 +110,13 @@ class _BoundCursor:
         connection.ensure_connection()
         self._wrap = connection.wrap_database_errors
         self._wrap.__enter__()
-        self.cursor = psycopg.Cursor(connection.connection)
+        raw = connection.connection
+        if (
+            raw.prepare_threshold is None
+            and "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
+        ):
+            raw.prepare_threshold = ONLY_WHEN_ASKED
+        self.cursor = psycopg.Cursor(raw)
         return self.cursor
 
     def __exit__(self, *exc):
