@@ -121,23 +121,21 @@ def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> Actio
     new_id = uuid.uuid4()
     try:
         with transaction.atomic():
-            store.insert_jobs(
-                [
-                    {
-                        "id": new_id,
-                        "task_path": original.task_path,
-                        "backend": original.backend,
-                        "args": original.args,
-                        "kwargs": original.kwargs,
-                        "queue_name": original.queue_name,
-                        "priority": original.priority,
-                        "state": JobState.PENDING,
-                        "attempt": 0,
-                        "max_attempts": original.max_attempts,
-                        "timeout": original.timeout,
-                        "rerun_of_id": original.id,
-                    }
-                ]
+            store.insert_job(
+                {
+                    "id": new_id,
+                    "task_path": original.task_path,
+                    "backend": original.backend,
+                    "args": original.args,
+                    "kwargs": original.kwargs,
+                    "queue_name": original.queue_name,
+                    "priority": original.priority,
+                    "state": JobState.PENDING,
+                    "attempt": 0,
+                    "max_attempts": original.max_attempts,
+                    "timeout": original.timeout,
+                    "rerun_of_id": original.id,
+                }
             )
             AuditEntry.objects.create(
                 job_id=original.id,

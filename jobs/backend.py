@@ -81,10 +81,11 @@ class JobTask(Task):
         return replace(task, **changes) if changes else task
 
     def enqueue_many(self, calls):
-        """Enqueue many calls in one statement: `calls` is an iterable of (args, kwargs).
+        """Enqueue many calls at once: `calls` is an iterable of (args, kwargs).
 
-        Returns the new job ids. Validation is the same as for enqueue; dedup keys and
-        continuations are not available in bulk.
+        All or nothing: one transaction (PostgreSQL: one COPY), one NOTIFY. Returns the new
+        job ids. Validation is the same as for enqueue; dedup keys and continuations are not
+        available in bulk.
         """
         return self.get_backend().enqueue_many(self, calls)
 
@@ -215,23 +216,31 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
-        rows = [self._row(task, args, kwargs) for args, kwargs in calls]
-        for start in range(0, len(rows), 1000):
-            store.insert_jobs(rows[start : start + 1000])
+        template = self._row(task, (), {})
+        batch = [
+            (
+                uuid.uuid4(),
+                payload.check_json(list(args), "args"),
+                payload.check_json(dict(kwargs), "kwargs"),
+            )
+            for args, kwargs in calls
+        ]
+        store.insert_job_batch(template, batch)
+        ids = [job_id for job_id, _, _ in batch]
         if self.eager:
             from .eager import run_inline
 
-            for row in rows:
-                run_inline(row["id"], backend=self)
-        return [row["id"] for row in rows]
+            for job_id in ids:
+                run_inline(job_id, backend=self)
+        return ids
 
     def _insert(self, row):
         if not row.get("dedup_key"):
-            store.insert_jobs([row])
+            store.insert_job(row)
             return
         try:
             with transaction.atomic():
-                store.insert_jobs([row])
+                store.insert_job(row)
         except IntegrityError:
             from .models import Job
 

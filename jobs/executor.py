@@ -58,7 +58,15 @@ def describe(exc: BaseException) -> tuple[str, str, str]:
     text = "".join(traceback.format_exception(exc))
     if len(text) > MAX_TRACEBACK:
         text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100) :]
-    return name, str(exc), text
+    return name, _storable(str(exc)), _storable(text)
+
+
+def _storable(text: str) -> str:
+    """Text a database column can hold: NUL and lone surrogates shown as escapes, not lost."""
+    text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 _tasks: dict[str, tuple] = {}

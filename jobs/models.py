@@ -153,7 +153,13 @@ class Job(models.Model):
             models.Index(fields=["state", "-enqueued_at", "-id"], name="job_state_recent"),
             models.Index(fields=["queue_name", "-enqueued_at", "-id"], name="job_queue_recent"),
             models.Index(fields=["task_path", "-enqueued_at", "-id"], name="job_task_recent"),
-            models.Index(fields=["state", "-finished_at"], name="job_state_finished"),
+            # Finished jobs only (dead letters, pruning): an unfinished row has no finish time
+            # to sort by, and leaving it out spares two index writes per job.
+            models.Index(
+                fields=["state", "-finished_at"],
+                condition=Q(state__in=TERMINAL_STATES),
+                name="job_state_finished",
+            ),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent"),
             # Dead letters grouped by task and error (the console's dead-letter page).
             models.Index(

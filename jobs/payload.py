@@ -27,6 +27,8 @@ def _walk(value, path):
     if isinstance(value, str):
         if "\x00" in value:
             raise ValueError(f"{path}: strings may not contain NUL characters")
+        if not value.isascii():
+            _check_encodable(value, path)
         return value
     if isinstance(value, list | tuple):
         return [_walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -37,6 +39,8 @@ def _walk(value, path):
                 raise TypeError(f"{path}: keys must be strings, not {type(key).__name__}")
             if "\x00" in key:
                 raise ValueError(f"{path}: keys may not contain NUL characters")
+            if not key.isascii():
+                _check_encodable(key, path)
             out[key] = _walk(v, f"{path}[{key!r}]")
         return out
     raise TypeError(
@@ -45,5 +49,17 @@ def _walk(value, path):
     )
 
 
+_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _check_encodable(text, path):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{path}: strings must be valid Unicode (this one holds a lone surrogate)"
+        ) from None
+
+
 def dumps(value) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return _encoder.encode(value)

@@ -56,6 +56,11 @@ def fails_once_no_retry(key):
     raise RuntimeError(key)
 
 
+@task(backoff=NoRetry())
+def fails_with_unstorable_text():
+    raise ValueError("NUL \x00 and a lone surrogate \udc80")
+
+
 @task(backoff=NO_WAIT)
 def sleepy(seconds, key=""):
     time.sleep(seconds)

@@ -96,6 +96,7 @@ def test_priority_queue_run_after_and_not_after_are_stored():
         math.inf,
         -math.inf,
         "a\x00b",
+        "lone \udc80 surrogate",
         {"nested": [1, {"deep": float("nan")}]},
         {1: "int key"},
         timezone.now(),
@@ -108,6 +109,7 @@ def test_priority_queue_run_after_and_not_after_are_stored():
         "inf",
         "-inf",
         "nul",
+        "lone-surrogate",
         "nested-nan",
         "int-key",
         "datetime",
@@ -255,6 +257,34 @@ def test_enqueue_many_stores_every_call_in_one_go():
     ids = tasks.add.enqueue_many([((i, i), {}) for i in range(250)])
     assert Job.objects.filter(id__in=ids).count() == 250
     assert CounterDelta.objects.totals()["jobs_enqueued"] == 250
+
+
+def test_enqueue_many_stores_arguments_exactly_as_given():
+    awkward = [
+        "back\\slash \\N \\t",
+        "tab\tnew\nline\rreturn",
+        'quote " and \'',
+        "ünïcödé ✓ \u2028",
+        {"nested": ["\\", "\t", None, 1.5, True]},
+    ]
+    calls = [((value,), {"key": value}) for value in awkward]
+    ids = tasks.echo.using(priority=7, queue_name="bulk").enqueue_many(calls)
+    jobs = Job.objects.in_bulk(ids)
+    assert [(jobs[i].args, jobs[i].kwargs) for i in ids] == [([v], {"key": v}) for v in awkward]
+    job = jobs[ids[0]]
+    assert (job.state, job.priority, job.queue_name, job.attempt) == ("pending", 7, "bulk", 0)
+    assert abs(job.run_after - job.enqueued_at) < timedelta(seconds=1)
+    assert job.finished_at is None and job.run_after <= timezone.now()
+
+
+def test_enqueue_many_with_one_bad_call_among_thousands_stores_nothing():
+    calls = [((i,), {}) for i in range(5000)] + [((float("nan"),), {})]
+    with pytest.raises(ValueError):
+        tasks.echo.enqueue_many(calls)
+    assert not Job.objects.exists()
+    ids = tasks.echo.enqueue_many(calls[:5000])
+    assert Job.objects.count() == 5000 == len(set(ids))
+    assert CounterDelta.objects.totals()["jobs_enqueued"] == 5000
 
 
 def test_enqueue_many_refuses_non_json_and_stores_nothing():

@@ -77,6 +77,15 @@ def test_no_retry_policy_dead_letters_at_the_first_failure(run_worker):
     assert (job.state, job.attempt, job.dead_letter_reason) == ("dead_letter", 1, "unrecoverable")
 
 
+def test_an_error_message_a_database_cannot_hold_is_kept_escaped(run_worker):
+    result = tasks.fails_with_unstorable_text.enqueue()
+    burst(run_worker)
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.error_type) == (JobState.DEAD_LETTER, "ValueError")
+    assert job.error_message == "NUL \\x00 and a lone surrogate \\udc80"
+    assert "\\x00" in job.attempts.get().error_traceback
+
+
 def test_a_job_of_an_unknown_task_is_poison_and_the_worker_carries_on(run_worker):
     ghost = make_job(task_path="tests.tasks.does_not_exist")
     broken_module = make_job(task_path="no_such_module.task")
