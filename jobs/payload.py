@@ -12,7 +12,8 @@ def check_json(value, where="arguments"):
     """Raise TypeError/ValueError unless `value` is plain JSON; return it normalised.
 
     Tuples become lists (as in Django's own task backends). Refused: objects, sets, bytes,
-    non-string keys, NaN/Infinity, and strings holding NUL (PostgreSQL cannot store them).
+    non-string keys, NaN/Infinity, and strings holding NUL or a lone surrogate (neither can
+    be stored as JSON text in PostgreSQL).
     """
     return _walk(value, where)
 

@@ -93,8 +93,9 @@ ONLY_WHEN_ASKED = 2**31 - 1
 class _BoundCursor:
     """A psycopg cursor with server-side binding for the hot statements on PostgreSQL.
 
-    Their text is constant (arrays in, unnest out), so psycopg prepares each once per
-    connection and sends parameters in binary; Django's own cursors interpolate on the client.
+    Their text is constant whatever the batch size (arrays or one JSON document in), so
+    psycopg prepares each once per connection and sends parameters in binary; Django's own
+    cursors interpolate on the client.
     Errors come out as Django's database exceptions, like any other query.
 
     Django turns psycopg's prepared statements off (`prepare_threshold` None) for the sake of

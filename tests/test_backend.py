@@ -263,7 +263,7 @@ def test_enqueue_many_stores_arguments_exactly_as_given():
     awkward = [
         "back\\slash \\N \\t",
         "tab\tnew\nline\rreturn",
-        'quote " and \'',
+        "quote \" and '",
         "ünïcödé ✓ \u2028",
         {"nested": ["\\", "\t", None, 1.5, True]},
     ]
