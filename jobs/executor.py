@@ -55,10 +55,30 @@ def describe(exc: BaseException) -> tuple[str, str, str]:
     # bare names, as the contract spells them; task exceptions keep their module.
     short = cls.__module__ in ("builtins", "jobs.errors")
     name = cls.__qualname__ if short else f"{cls.__module__}.{cls.__qualname__}"
-    text = "".join(traceback.format_exception(exc))
+    text = _format_traceback(exc)
     if len(text) > MAX_TRACEBACK:
         text = text[:1024] + "\n... (traceback shortened) ...\n" + text[-(MAX_TRACEBACK - 1100) :]
     return name, _storable(str(exc)), _storable(text)
+
+
+def _format_traceback(exc: BaseException) -> str:
+    """The traceback as Python prints it, without the ~~~^^^ markers under each source line.
+
+    Placing those markers re-parses every line's source; it cost more than all the rest of a
+    failed attempt, and the file, line and code of each frame are still shown.
+    """
+    top = traceback.TracebackException.from_exception(exc)
+    pending, seen = [top], set()
+    while pending:
+        te = pending.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        for frame in te.stack:
+            frame.colno = frame.end_colno = None
+        pending += [t for t in (te.__cause__, te.__context__) if t is not None]
+        pending += te.exceptions or []
+    return "".join(top.format())
 
 
 def _storable(text: str) -> str:
@@ -81,6 +101,17 @@ def _task_and_signature(task_path):
     return found
 
 
+def _decoded(stored):
+    """Stored arguments as Python values (most jobs take none: skip the parser for those)."""
+    if not isinstance(stored, str):
+        return stored
+    if stored == "[]":
+        return []
+    if stored == "{}":
+        return {}
+    return json.loads(stored)
+
+
 def _poison(claimed: Claimed, exc: BaseException, started) -> Ran:
     error_type, message, text = describe(exc)
     return Ran(
@@ -99,16 +130,8 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     started = _now()
     try:
         task, signature = _task_and_signature(claimed.task_path)
-        args = (
-            json.loads(claimed.args_json)
-            if isinstance(claimed.args_json, str)
-            else claimed.args_json
-        )
-        kwargs = (
-            json.loads(claimed.kwargs_json)
-            if isinstance(claimed.kwargs_json, str)
-            else claimed.kwargs_json
-        )
+        args = _decoded(claimed.args_json)
+        kwargs = _decoded(claimed.kwargs_json)
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise PoisonJob("stored arguments are not a list and a dict")
         if task.takes_context:

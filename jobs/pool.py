@@ -26,6 +26,22 @@ def mp_context():
     return multiprocessing.get_context("spawn")
 
 
+class StopFlag:
+    """Set once by the worker when it stops; its executors read it before every job.
+
+    Shared memory, not a multiprocessing Event: reading it takes no lock and no system call.
+    """
+
+    def __init__(self):
+        self._value = mp_context().RawValue("b", 0)
+
+    def set(self):
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+
 class Executor:
     """The worker's handle on one child process."""
 

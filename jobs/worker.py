@@ -32,7 +32,7 @@ from . import executor as ex
 from . import startup_signals, store
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
-from .pool import Dispatcher, Executor, mp_context
+from .pool import Dispatcher, Executor, StopFlag
 from .states import AttemptOutcome, JobState
 
 logger = logging.getLogger("jobs.worker")
@@ -161,7 +161,7 @@ class Worker:
         connection_created.connect(self._session_limits, weak=False)
         if connection.connection is not None:
             self._session_limits(None, connection)
-        self.stop_event = mp_context().Event()
+        self.stop_event = StopFlag()
         self._install_signal_handlers()
         self.executors = [
             Executor(i, self.worker_id, self.stop_event) for i in range(self.config.concurrency)
