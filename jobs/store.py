@@ -403,6 +403,20 @@ def _claimed_from_row(d: _Dialect, r, lease_id) -> Claimed:
 def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
     """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
     d = dialect()
+    sql, params, lease_id = _claim_statement(d, worker_id, queues, limit, lease_seconds)
+    if d.pg:
+        with _BoundCursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            rows = cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    return _claimed(d, rows, lease_id)
+
+
+def _claim_statement(d: _Dialect, worker_id, queues, limit, lease_seconds):
+    """The claim UPDATE, its parameters, and the fresh lease_id it hands out."""
     lease_id = uuid.uuid4()
     queue_filter, queue_params = "", []
     if queues:
@@ -429,14 +443,10 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
         RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
     """
     params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
-    if d.pg:
-        with _BoundCursor() as cursor:
-            cursor.execute(sql, params, prepare=True)
-            rows = cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+    return sql, params, lease_id
+
+
+def _claimed(d: _Dialect, rows, lease_id) -> list[Claimed]:
     claimed = [_claimed_from_row(d, r, lease_id) for r in rows]
     claimed.sort(key=lambda c: -c.priority)
     return claimed
@@ -523,12 +533,16 @@ def finish(results: list[Finish]) -> list[Finish]:
         if applied and not d.pg:
             _after_finish(cursor, d, applied)
         elif applied:
-            ended_badly = [
-                r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
-            ]
-            if ended_badly:
-                cancel_continuations(ended_badly, cursor=cursor)
+            _cancel_continuations_of_failures(applied, cursor=cursor)
     return applied
+
+
+def _cancel_continuations_of_failures(applied: list[Finish], cursor=None) -> None:
+    ended_badly = [
+        r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
+    ]
+    if ended_badly:
+        cancel_continuations(ended_badly, cursor=cursor)
 
 
 def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish], list[Claimed]]:
@@ -537,6 +551,8 @@ def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish],
     if not results:
         # One statement commits by itself: no BEGIN/COMMIT round trips on the wake-up path.
         return [], claim(**claim_args) if wants_claim else []
+    if connection.vendor == "postgresql" and connection.get_autocommit():
+        return _finish_and_claim_pipelined(results, claim_args if wants_claim else None)
     with transaction.atomic(savepoint=False):
         applied = finish(results)
         claimed = claim(**claim_args) if wants_claim else []
@@ -558,6 +574,10 @@ def _set_outcome_sql(d: _Dialect) -> str:
 
     Every expression reads the row as it was before the update, in both databases.
     """
+    # PostgreSQL compares the state with a column of v, not a literal: given a literal, the
+    # planner may scan every running job (all workers' prefetched ones, and their dead
+    # versions) instead of looking up each outcome's row by its primary key.
+    running = "v.running" if d.pg else "'running'"
     state = EFFECTIVE_STATE
     terminal = f"{state} IN ({TERMINAL_SQL})"
     has_error = "v.error_type <> ''"
@@ -588,7 +608,7 @@ def _set_outcome_sql(d: _Dialect) -> str:
             cancel_requested_at = CASE WHEN {terminal} THEN {JOB}.cancel_requested_at
                                        ELSE NULL END
         FROM v
-        WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = 'running'
+        WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = {running}
           AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {d.now})
     """
 
@@ -628,7 +648,7 @@ FINISH_FIELDS = (
 # document (encoded in C by the json module; fifteen parameter arrays cost far more to adapt).
 FINISH_PG = f"""
     WITH v AS (
-        SELECT r.*, r.return_json::jsonb AS return_value
+        SELECT r.*, r.return_json::jsonb AS return_value, 'running'::text AS running
         FROM json_to_recordset(%s::json)
             AS r({", ".join(f"{name} {kind}" for name, kind in FINISH_FIELDS)})
     ),
@@ -672,8 +692,10 @@ FINISH_PG = f"""
                              ('jobs_recovered', a.recovered), ('jobs_cancelled', a.cancelled)
         ) x(name, n)
         WHERE x.n > 0
-    )
-    SELECT job_id, final_state, (SELECT count(*) FROM rel) FROM done
+    ),
+    -- Released continuations are due now: wake idle workers (delivered at commit).
+    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '') FROM (SELECT 1 FROM rel LIMIT 1) AS any_rel)
+    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken FROM done
 """
 
 
@@ -705,11 +727,50 @@ def _finish_document(chunk: list[Finish]) -> str:
 def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
     with _BoundCursor() as bound:
         bound.execute(FINISH_PG, [_finish_document(chunk)], prepare=True)
-        rows = bound.fetchall()
+        return _applied_rows(chunk, bound.fetchall())
+
+
+def _applied_rows(chunk: list[Finish], rows) -> list[Finish]:
+    """The outcomes of `chunk` that FINISH_PG's rows (job id, state) say took effect."""
     changed = {row[0]: row[1] for row in rows}
-    if rows and rows[0][2]:
-        cursor.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')")
     return [_applied(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
+
+
+def _finish_and_claim_pipelined(results: list[Finish], claim_args: dict | None):
+    """PostgreSQL: the finish statements and the claim are sent together (pipeline mode) and
+    run as one implicit transaction that commits at the pipeline's sync: one round trip and
+    one commit per cycle instead of four round trips (BEGIN, finish, claim, COMMIT).
+
+    Continuations of jobs that ended badly are cancelled just after, in their own statement
+    (the maintenance safety net settles them should the worker die in between).
+    """
+    import psycopg
+
+    d = _PG
+    chunks = [results[start : start + 1000] for start in range(0, len(results), 1000)]
+    with _BoundCursor() as first:
+        raw = first.connection
+        cursors = [first, *(psycopg.Cursor(raw) for _ in chunks[1:])]
+        claimer = psycopg.Cursor(raw) if claim_args else None
+        try:
+            with raw.pipeline():
+                for cursor, chunk in zip(cursors, chunks, strict=True):
+                    cursor.execute(FINISH_PG, [_finish_document(chunk)], prepare=True)
+                if claimer is not None:
+                    sql, params, lease_id = _claim_statement(d, **claim_args)
+                    claimer.execute(sql, params, prepare=True)
+            applied = [
+                r
+                for cursor, chunk in zip(cursors, chunks, strict=True)
+                for r in _applied_rows(chunk, cursor.fetchall())
+            ]
+            claimed = _claimed(d, claimer.fetchall(), lease_id) if claimer is not None else []
+        finally:
+            for cursor in [*cursors[1:], claimer]:
+                if cursor is not None:
+                    cursor.close()
+    _cancel_continuations_of_failures(applied)
+    return applied, claimed
 
 
 def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:
