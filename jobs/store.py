@@ -551,8 +551,6 @@ def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish],
     if not results:
         # One statement commits by itself: no BEGIN/COMMIT round trips on the wake-up path.
         return [], claim(**claim_args) if wants_claim else []
-    if connection.vendor == "postgresql" and connection.get_autocommit():
-        return _finish_and_claim_pipelined(results, claim_args if wants_claim else None)
     with transaction.atomic(savepoint=False):
         applied = finish(results)
         claimed = claim(**claim_args) if wants_claim else []
@@ -734,43 +732,6 @@ def _applied_rows(chunk: list[Finish], rows) -> list[Finish]:
     """The outcomes of `chunk` that FINISH_PG's rows (job id, state) say took effect."""
     changed = {row[0]: row[1] for row in rows}
     return [_applied(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
-
-
-def _finish_and_claim_pipelined(results: list[Finish], claim_args: dict | None):
-    """PostgreSQL: the finish statements and the claim are sent together (pipeline mode) and
-    run as one implicit transaction that commits at the pipeline's sync: one round trip and
-    one commit per cycle instead of four round trips (BEGIN, finish, claim, COMMIT).
-
-    Continuations of jobs that ended badly are cancelled just after, in their own statement
-    (the maintenance safety net settles them should the worker die in between).
-    """
-    import psycopg
-
-    d = _PG
-    chunks = [results[start : start + 1000] for start in range(0, len(results), 1000)]
-    with _BoundCursor() as first:
-        raw = first.connection
-        cursors = [first, *(psycopg.Cursor(raw) for _ in chunks[1:])]
-        claimer = psycopg.Cursor(raw) if claim_args else None
-        try:
-            with raw.pipeline():
-                for cursor, chunk in zip(cursors, chunks, strict=True):
-                    cursor.execute(FINISH_PG, [_finish_document(chunk)], prepare=True)
-                if claimer is not None:
-                    sql, params, lease_id = _claim_statement(d, **claim_args)
-                    claimer.execute(sql, params, prepare=True)
-            applied = [
-                r
-                for cursor, chunk in zip(cursors, chunks, strict=True)
-                for r in _applied_rows(chunk, cursor.fetchall())
-            ]
-            claimed = _claimed(d, claimer.fetchall(), lease_id) if claimer is not None else []
-        finally:
-            for cursor in [*cursors[1:], claimer]:
-                if cursor is not None:
-                    cursor.close()
-    _cancel_continuations_of_failures(applied)
-    return applied, claimed
 
 
 def _finish_chunk(cursor, d: _Dialect, chunk: list[Finish]) -> list[Finish]:

@@ -37,8 +37,8 @@ def stalled_mid_finish():
             "AND datname = current_database() AND pid <> pg_backend_pid() "
             "AND state = 'idle in transaction' AND query LIKE %s",
             # The finish statement (store.FINISH_PG): its text is longer than pg_stat_activity
-            # keeps, so it is known by its first parameters.
-            ["%WITH v AS%$1::uuid[], $2::uuid[], $3::text[]%"],
+            # keeps, so it is known by its opening, where the outcomes come in.
+            ["%WITH v AS%json_to_recordset($1::json)%"],
         )
         return [pid for (pid,) in cursor.fetchall()]
 
