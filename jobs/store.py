@@ -247,7 +247,7 @@ def insert_job(row: dict) -> None:
         return
     with transaction.atomic(), connection.cursor() as cursor:
         _insert_sqlite(cursor, d, [row])
-        cursor.execute(f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', 1)")
+        add_counters({"jobs_enqueued": 1}, cursor=cursor)
 
 
 def insert_job_batch(template: dict, calls: list[tuple[uuid.UUID, list, dict]]) -> None:
@@ -270,10 +270,7 @@ def insert_job_batch(template: dict, calls: list[tuple[uuid.UUID, list, dict]]) 
                         for i, a, k in calls[start : start + 1000]
                     ]
                     _insert_sqlite(cursor, d, rows)
-                cursor.execute(
-                    f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s)",
-                    [len(calls)],
-                )
+                add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
             return
         with _BoundCursor() as cursor:
             # The transaction's now(), as the single-row statement would have used.
@@ -403,20 +400,6 @@ def _claimed_from_row(d: _Dialect, r, lease_id) -> Claimed:
 def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
     """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
     d = dialect()
-    sql, params, lease_id = _claim_statement(d, worker_id, queues, limit, lease_seconds)
-    if d.pg:
-        with _BoundCursor() as cursor:
-            cursor.execute(sql, params, prepare=True)
-            rows = cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-    return _claimed(d, rows, lease_id)
-
-
-def _claim_statement(d: _Dialect, worker_id, queues, limit, lease_seconds):
-    """The claim UPDATE, its parameters, and the fresh lease_id it hands out."""
     lease_id = uuid.uuid4()
     queue_filter, queue_params = "", []
     if queues:
@@ -443,10 +426,14 @@ def _claim_statement(d: _Dialect, worker_id, queues, limit, lease_seconds):
         RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
     """
     params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
-    return sql, params, lease_id
-
-
-def _claimed(d: _Dialect, rows, lease_id) -> list[Claimed]:
+    if d.pg:
+        with _BoundCursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            rows = cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
     claimed = [_claimed_from_row(d, r, lease_id) for r in rows]
     claimed.sort(key=lambda c: -c.priority)
     return claimed
@@ -527,22 +514,18 @@ def finish(results: list[Finish]) -> list[Finish]:
         for chunk_start in range(0, len(results), 1000):
             chunk = results[chunk_start : chunk_start + 1000]
             if d.pg:
-                applied.extend(_finish_chunk_pg(cursor, chunk))
+                applied.extend(_finish_chunk_pg(chunk))
             else:
                 applied.extend(_finish_chunk(cursor, d, chunk))
         if applied and not d.pg:
             _after_finish(cursor, d, applied)
         elif applied:
-            _cancel_continuations_of_failures(applied, cursor=cursor)
+            ended_badly = [
+                r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
+            ]
+            if ended_badly:
+                cancel_continuations(ended_badly, cursor=cursor)
     return applied
-
-
-def _cancel_continuations_of_failures(applied: list[Finish], cursor=None) -> None:
-    ended_badly = [
-        r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
-    ]
-    if ended_badly:
-        cancel_continuations(ended_badly, cursor=cursor)
 
 
 def finish_and_claim(results: list[Finish], **claim_args) -> tuple[list[Finish], list[Claimed]]:
@@ -722,14 +705,10 @@ def _finish_document(chunk: list[Finish]) -> str:
     return json.dumps(rows, separators=(",", ":"))
 
 
-def _finish_chunk_pg(cursor, chunk: list[Finish]) -> list[Finish]:
+def _finish_chunk_pg(chunk: list[Finish]) -> list[Finish]:
     with _BoundCursor() as bound:
         bound.execute(FINISH_PG, [_finish_document(chunk)], prepare=True)
-        return _applied_rows(chunk, bound.fetchall())
-
-
-def _applied_rows(chunk: list[Finish], rows) -> list[Finish]:
-    """The outcomes of `chunk` that FINISH_PG's rows (job id, state) say took effect."""
+        rows = bound.fetchall()
     changed = {row[0]: row[1] for row in rows}
     return [_applied(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
 
