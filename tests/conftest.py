@@ -12,6 +12,23 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def plain_static_names(django_test_environment):
+    """Pages link static files by their plain names, whatever `collectstatic` left behind.
+
+    `./dev up` runs collectstatic; with its manifest present the pages would link hashed names
+    that the test server (serving from the app folders) does not have.
+    """
+    from django.test import override_settings
+
+    storages = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    with override_settings(STORAGES=storages):
+        yield
+
+
 def database_url() -> str:
     """The URL of the database the tests are using, for subprocesses."""
     s = connection.settings_dict
