@@ -8,4 +8,4 @@ class JobsConfig(AppConfig):
 
     def ready(self):
         # Registers the SQLite clock functions on every connection, from the first one on.
-        from . import store  # noqa: F401
+        from . import checks, store  # noqa: F401

@@ -85,6 +85,9 @@ class Job(models.Model):
     lease_id = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Set on jobs a schedule made: its name, and the fire time (null for a "run now").
+    schedule = models.CharField(max_length=100, null=True, blank=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -120,6 +123,12 @@ class Job(models.Model):
                 fields=["dedup_key"],
                 condition=Q(dedup_key__isnull=False) & ~Q(state__in=TERMINAL_STATES),
                 name="job_dedup_key_unique_while_active",
+            ),
+            # Each fire time of a schedule makes at most one job, ever (with Schedule's guard).
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_at"],
+                condition=Q(scheduled_at__isnull=False),
+                name="job_schedule_fires_once",
             ),
         ]
         indexes = [
@@ -169,6 +178,12 @@ class Job(models.Model):
             ),
             models.Index(
                 fields=["rerun_of"], condition=Q(rerun_of__isnull=False), name="job_rerun_of"
+            ),
+            # A schedule's history, newest first (the console's schedules page).
+            models.Index(
+                fields=["schedule", "-enqueued_at"],
+                condition=Q(schedule__isnull=False),
+                name="job_schedule_recent",
             ),
         ]
 
@@ -298,3 +313,52 @@ class CounterDelta(models.Model):
 
     def __str__(self):
         return f"{self.name} += {self.value}"
+
+
+class Schedule(models.Model):
+    """The persisted state of one schedule of the SCHEDULES option, by name.
+
+    `last_fire_at` only moves forward, by a compare-and-set in the transaction that inserts the
+    fire's job: the row, not the job table, remembers which fire times are done, so pruning
+    jobs can never make a fire time fire again.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    # The fire-time expression last_fire_at belongs to; a changed one restarts from now.
+    expression = models.CharField(max_length=255)
+    last_fire_at = models.DateTimeField()
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    # Fire times enqueued, and fire times passed over by the missed-fire policy.
+    fires = models.PositiveBigIntegerField(default=0)
+    missed = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.name}{' (paused)' if self.paused else ''}"
+
+
+class ScheduleAuditEntry(models.Model):
+    """Who paused, resumed or ran a schedule now, from the console, the API or Python."""
+
+    schedule = models.CharField(max_length=100)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    username = models.CharField(max_length=150, blank=True, default="")
+    action = models.CharField(max_length=32)
+    source = models.CharField(max_length=16, blank=True, default="python")
+    outcome = models.CharField(max_length=255, blank=True, default="")
+    # The job a "run now" made.
+    result_job_id = models.UUIDField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["schedule", "-at"], name="schedule_audit_recent")]
+
+    def __str__(self):
+        return f"{self.username or 'system'} {self.action} {self.schedule}"

@@ -29,7 +29,7 @@ from django.tasks import task_backends
 from django.utils import timezone
 
 from . import executor as ex
-from . import startup_signals, store
+from . import schedules, startup_signals, store
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
 from .pool import Dispatcher, Executor, StopFlag
@@ -143,6 +143,7 @@ class Worker:
         self.listener = Listener() if connection.vendor == "postgresql" else None
         self.poll_interval = config.poll_interval or (1.0 if self.listener else 0.1)
         self.next_heartbeat = 0.0
+        self.next_schedule_tick = 0.0
         self.heartbeats = 0
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -192,6 +193,9 @@ class Worker:
                     return
                 if self.hard_stop or now - self.stop_requested_at > self.config.shutdown_timeout:
                     return
+            if now >= self.next_schedule_tick and not self.stopping:
+                self.next_schedule_tick = now + schedules.TICK_SECONDS
+                self._with_db(schedules.tick, self.backend)
             if now >= self.next_heartbeat:
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds

@@ -5,6 +5,7 @@ for a laptop. `DATABASE_URL` selects the database (any dj-database-url URL); wit
 SQLite file beside this project is used, in WAL mode so a worker and the web server share it.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -116,6 +117,21 @@ def database_from_environment():
 DATABASES = {"default": database_from_environment()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+def demo_schedules():
+    """Recurring jobs of the demo; JOBSITE_SCHEDULES (JSON) replaces them ('{}' for none)."""
+    if "JOBSITE_SCHEDULES" in os.environ:
+        return json.loads(os.environ["JOBSITE_SCHEDULES"])
+    return {
+        "heartbeat-report": {"task": "jobsite.tasks.heartbeat_report", "every": 60},
+        "nightly-cleanup": {
+            "task": "jobsite.tasks.nightly_cleanup",
+            "cron": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "queue_name": "reports",
+        },
+    }
+
+
 TASKS = {
     "default": {
         "BACKEND": "jobs.backend.JobsBackend",
@@ -133,6 +149,8 @@ TASKS = {
             "HEARTBEAT_SECONDS": float(os.environ.get("JOBSITE_HEARTBEAT_SECONDS", 10)),
             "LEASE_SECONDS": float(os.environ.get("JOBSITE_LEASE_SECONDS", 60)),
             "CANCEL_GRACE_SECONDS": float(os.environ.get("JOBSITE_CANCEL_GRACE_SECONDS", 10)),
+            "SCHEDULES": demo_schedules(),
+            "SCHEDULE_GRACE_SECONDS": float(os.environ.get("JOBSITE_SCHEDULE_GRACE_SECONDS", 10)),
         },
     }
 }

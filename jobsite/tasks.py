@@ -49,3 +49,15 @@ def slow_sync(seconds):
 @task()
 def noop():
     return None
+
+
+@task()
+def heartbeat_report():
+    """Fired every minute by the demo's `heartbeat-report` schedule."""
+    return {"ok": True, "checked": random.randint(1, 50)}
+
+
+@task(queue_name="reports")
+def nightly_cleanup():
+    """Fired at 03:00 Paris time by the demo's `nightly-cleanup` schedule."""
+    return {"removed": random.randint(0, 20)}

@@ -3,6 +3,7 @@ import argparse
 from django.core.management.base import BaseCommand, CommandError
 from django.tasks import task_backends
 
+from jobs import schedules
 from jobs.worker import Worker, WorkerConfig
 
 
@@ -75,6 +76,9 @@ class Command(BaseCommand):
             backend = task_backends[options["backend"]]
         except Exception as e:
             raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
+        problems = schedules.check(backend)
+        if problems:
+            raise CommandError("; ".join(problems))
         for queue in options["queues"]:
             if not queue or len(queue) > 100:
                 raise CommandError(f"queue names are 1 to 100 characters: {queue!r}")

@@ -1,0 +1,26 @@
+"""Django system checks of the jobs app: `manage.py check` reports a bad SCHEDULES option."""
+
+from django.core import checks
+
+
+@checks.register(checks.Tags.compatibility)
+def check_schedules(app_configs=None, **kwargs):
+    from django.tasks import task_backends
+
+    from . import schedules
+    from .backend import JobsBackend
+
+    errors = []
+    for backend in task_backends.all():
+        if not isinstance(backend, JobsBackend):
+            continue
+        for problem in schedules.check(backend):
+            errors.append(
+                checks.Error(
+                    problem,
+                    hint="See SCHEDULES in the README.",
+                    obj=f"TASKS[{backend.alias!r}]['OPTIONS']['SCHEDULES']",
+                    id="jobs.E001",
+                )
+            )
+    return errors
