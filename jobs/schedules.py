@@ -141,7 +141,8 @@ def parse(name, raw, backend) -> ScheduleSpec:
         raise fail("must be a dict with 'task' and 'cron' or 'every'")
     unknown = sorted(str(k) for k in set(raw) - KEYS)
     if unknown:
-        raise fail(f"unknown key {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(KEYS))}")
+        allowed = ", ".join(sorted(KEYS))
+        raise fail(f"unknown key {', '.join(map(repr, unknown))}; allowed: {allowed}")
     if ("cron" in raw) == ("every" in raw):
         raise fail("give exactly one of 'cron' (5 fields) or 'every' (seconds)")
     values: dict[str, Any] = {"name": name}
@@ -158,7 +159,9 @@ def parse(name, raw, backend) -> ScheduleSpec:
     try:
         zone = ZoneInfo(zone_name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise fail(f"unknown timezone {zone_name!r} (use an IANA name such as 'Europe/Paris')")
+        raise fail(
+            f"unknown timezone {zone_name!r} (use an IANA name such as 'Europe/Paris')"
+        ) from None
     values["timezone"] = zone_name
 
     if "cron" in raw:
@@ -347,17 +350,16 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         ks = range(max(first, last - keep + 1), last + 1)
         return Due(count, [_from_micros(k * step) for k in ks])
     recent: deque[datetime] = deque(maxlen=keep)
-    count = 0
-    for moment in CronSim(spec.cron, after.astimezone(spec.zone)):
+    times = CronSim(spec.cron, after.astimezone(spec.zone))
+    for count, moment in enumerate(islice(times, MAX_COUNTED + 1)):
         moment = moment.astimezone(UTC)
         if moment > until:
             return Due(count, list(recent))
-        count += 1
-        recent.append(moment)
-        if count >= MAX_COUNTED:
+        if count == MAX_COUNTED:
             break
+        recent.append(moment)
     else:
-        return Due(count, list(recent))
+        return Due(len(recent), list(recent))
     # Too many to count: the most recent ones, walking back from `until`.
     back = CronSim(spec.cron, (until + ONE_MICROSECOND).astimezone(spec.zone), reverse=True)
     newest = [m.astimezone(UTC) for m in islice(back, keep)]
@@ -380,8 +382,8 @@ def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Pl
     """Which of the fire times in (after, now] to enqueue; None when none is due.
 
     Fire times within `grace` seconds of now are on time and always enqueued. Older ones were
-    missed: `skip` drops them, `latest` enqueues the most recent of them unless an on-time fire
-    is enqueued anyway, `all` enqueues each (the MAX_CATCH_UP most recent), oldest first.
+    missed: `skip` drops them, `latest` enqueues the most recent of them, `all` enqueues each
+    (the MAX_CATCH_UP most recent), oldest first.
     """
     due = fire_times_between(spec, after, now, keep=MAX_CATCH_UP + 1)
     if not due.count:
@@ -392,7 +394,7 @@ def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Pl
     late_count = due.count - len(on_time)
     if spec.missed == "all":
         catch_up = late[-MAX_CATCH_UP:]
-    elif spec.missed == "latest" and late and not on_time:
+    elif spec.missed == "latest":
         catch_up = late[-1:]
     else:
         catch_up = []

@@ -117,6 +117,7 @@ def database_from_environment():
 DATABASES = {"default": database_from_environment()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+
 def demo_schedules():
     """Recurring jobs of the demo; JOBSITE_SCHEDULES (JSON) replaces them ('{}' for none)."""
     if "JOBSITE_SCHEDULES" in os.environ:
