@@ -350,16 +350,14 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         ks = range(max(first, last - keep + 1), last + 1)
         return Due(count, [_from_micros(k * step) for k in ks])
     recent: deque[datetime] = deque(maxlen=keep)
+    count = 0
     times = CronSim(spec.cron, after.astimezone(spec.zone))
-    for count, moment in enumerate(islice(times, MAX_COUNTED + 1)):
-        moment = moment.astimezone(UTC)
-        if moment > until:
+    while count < MAX_COUNTED:
+        moment = next(times, None)
+        if moment is None or moment.astimezone(UTC) > until:
             return Due(count, list(recent))
-        if count == MAX_COUNTED:
-            break
-        recent.append(moment)
-    else:
-        return Due(len(recent), list(recent))
+        recent.append(moment.astimezone(UTC))
+        count += 1
     # Too many to count: the most recent ones, walking back from `until`.
     back = CronSim(spec.cron, (until + ONE_MICROSECOND).astimezone(spec.zone), reverse=True)
     newest = [m.astimezone(UTC) for m in islice(back, keep)]
