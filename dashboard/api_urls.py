@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api
+from . import api, schedule_api
 
 app_name = "api"
 urlpatterns = [
@@ -10,6 +10,10 @@ urlpatterns = [
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
     path("metrics/summary", api.summary, name="metrics-summary"),
+    path("schedules", schedule_api.schedule_list, name="schedule-list"),
+    path("schedules/<str:name>/pause", schedule_api.pause, name="schedule-pause"),
+    path("schedules/<str:name>/resume", schedule_api.resume, name="schedule-resume"),
+    path("schedules/<str:name>/trigger", schedule_api.trigger, name="schedule-trigger"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.
     re_path(r"^(?P<rest>.*)$", api.not_found),

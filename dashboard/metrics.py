@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from jobs.models import CounterDelta, Job
+from jobs.models import CounterDelta, Job, Schedule
 from jobs.states import JobState
 
 from .auth import api_view
@@ -70,6 +70,24 @@ class JobsCollector(Collector):
             for state, n in states.items():
                 jobs.add_metric([state, queue], n)
         yield jobs
+        yield from schedule_counters()
+
+
+def schedule_counters():
+    """Fires and missed fires per schedule, kept on the schedule rows by the firing worker."""
+    fires = CounterMetricFamily(
+        "jobsite_schedule_fires", "Fire times of a schedule enqueued.", labels=["schedule"]
+    )
+    missed = CounterMetricFamily(
+        "jobsite_schedule_missed",
+        "Fire times of a schedule passed over (no worker ran; the missed policy skipped them).",
+        labels=["schedule"],
+    )
+    for name, n_fires, n_missed in Schedule.objects.values_list("name", "fires", "missed"):
+        fires.add_metric([name], n_fires)
+        missed.add_metric([name], n_missed)
+    yield fires
+    yield missed
 
 
 @api_view("GET")

@@ -50,6 +50,46 @@ JOB = {
         "cancel_requested_at": _nullable(
             {**TIME, "description": "Extension: when a cancel of the running job was asked."}
         ),
+        "schedule": _nullable({"type": "string", "description": "The schedule that made it."}),
+        "scheduled_at": _nullable(
+            {**TIME, "description": "Its schedule's fire time; null for a run now."}
+        ),
+    },
+}
+
+SCHEDULE = {
+    "type": "object",
+    "required": [
+        "name",
+        "task_path",
+        "cron",
+        "every",
+        "timezone",
+        "paused",
+        "next_fire_at",
+        "last_job",
+        "description",
+        "missed",
+        "last_fire_at",
+    ],
+    "properties": {
+        "name": {"type": "string"},
+        "task_path": {"type": "string"},
+        "cron": _nullable({"type": "string", "description": "5 fields; null for `every`."}),
+        "every": _nullable({"type": "number", "minimum": 1, "description": "Seconds."}),
+        "timezone": {"type": "string", "description": "IANA name; applies to cron."},
+        "paused": {"type": "boolean"},
+        "next_fire_at": _nullable({**TIME, "description": "Null while paused."}),
+        "last_job": _nullable({**_ref("Job"), "description": "The newest job it made."}),
+        "description": {"type": "string", "description": "Extension: the fire times in words."},
+        "missed": {
+            "type": "string",
+            "enum": ["latest", "skip", "all"],
+            "description": "Extension: the missed-fire policy.",
+        },
+        "last_fire_at": _nullable(
+            {**TIME, "description": "Extension: the last fire time done (fired or passed over)."}
+        ),
     },
 }
 
@@ -81,6 +121,12 @@ COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum
 
 SCHEMAS = {
     "Job": JOB,
+    "Schedule": SCHEDULE,
+    "ScheduleList": {
+        "type": "object",
+        "required": ["results"],
+        "properties": {"results": {"type": "array", "items": _ref("Schedule")}},
+    },
     "Attempt": ATTEMPT,
     "JobDetail": {
         "allOf": [
@@ -214,6 +260,30 @@ def _action(summary, description, ok_status, ok_description):
     }
 
 
+SCHEDULE_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
+NO_SCHEDULE = {"404": _json("No schedule has this name.", "Error")}
+
+
+def _schedule_action(summary, ok_status, ok_description, schema_name):
+    return {
+        "post": {
+            "summary": summary,
+            "description": "Needs jobs.operate_job.",
+            "parameters": [SCHEDULE_NAME],
+            "responses": {
+                ok_status: _json(ok_description, schema_name),
+                **ERRORS,
+                **NO_SCHEDULE,
+            },
+        },
+    }
+
+
 def document() -> dict:
     return {
         "openapi": "3.0.3",
@@ -265,6 +335,30 @@ def document() -> dict:
                 "Needs jobs.operate_job.",
                 "200",
                 "The job, cancelled (or running with cancel_requested_at set).",
+            ),
+            "/schedules": {
+                "get": {
+                    "summary": "Every schedule with its state, next fire time and last job",
+                    "responses": {"200": _json("The schedules.", "ScheduleList"), **ERRORS},
+                }
+            },
+            "/schedules/{name}/pause": _schedule_action(
+                "Pause a schedule (it fires nothing until resumed)",
+                "200",
+                "The schedule, paused.",
+                "Schedule",
+            ),
+            "/schedules/{name}/resume": _schedule_action(
+                "Resume a schedule from its next fire time (nothing missed is back-filled)",
+                "200",
+                "The schedule, active.",
+                "Schedule",
+            ),
+            "/schedules/{name}/trigger": _schedule_action(
+                "Run a schedule now: one job, its scheduled_at null",
+                "201",
+                "The new job.",
+                "Job",
             ),
             "/metrics/summary": {
                 "get": {

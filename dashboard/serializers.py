@@ -33,6 +33,8 @@ JOB_FIELDS = (
     "return_value",
     "worker_id",
     "cancel_requested_at",
+    "schedule",
+    "scheduled_at",
 )
 # Model fields to load for JOB_FIELDS (the foreign keys are read as their ids).
 JOB_COLUMNS = tuple(f"{name}_id" if name in ("rerun_of", "parent") else name for name in JOB_FIELDS)
@@ -72,6 +74,27 @@ def job_json(job) -> dict:
         "return_value": job.return_value,
         "worker_id": job.worker_id,
         "cancel_requested_at": _time(job.cancel_requested_at),
+        "schedule": job.schedule,
+        "scheduled_at": _time(job.scheduled_at),
+    }
+
+
+def schedule_json(row) -> dict:
+    """A schedule (a dashboard.schedule_rows.ScheduleRow) as the API shows it."""
+    state, spec = row.state, row.state.spec
+    return {
+        "name": spec.name,
+        "task_path": spec.task_path,
+        "cron": spec.cron,
+        "every": spec.every,
+        "timezone": spec.timezone,
+        "paused": state.paused,
+        "next_fire_at": _time(state.next_fire_at),
+        "last_job": job_json(row.last_job) if row.last_job is not None else None,
+        # Extensions: the fire times in words, the missed-fire policy, the last fire time.
+        "description": spec.describe(),
+        "missed": spec.missed,
+        "last_fire_at": _time(state.last_fire_at),
     }
 
 

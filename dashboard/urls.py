@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import schedule_views, views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -13,5 +13,9 @@ urlpatterns = [
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
     path("workers/", views.worker_list, name="workers"),
+    path("schedules/", schedule_views.schedule_list, name="schedules"),
+    path("schedules/<str:name>/pause/", schedule_views.pause, name="schedule_pause"),
+    path("schedules/<str:name>/resume/", schedule_views.resume, name="schedule_resume"),
+    path("schedules/<str:name>/trigger/", schedule_views.trigger, name="schedule_trigger"),
     path("no-access/", views.no_access, name="no_access"),
 ]

@@ -29,6 +29,9 @@ KNOWN_IDS = {
     for i, state in enumerate([JobState.PENDING, JobState.DEAD_LETTER, JobState.SUCCEEDED])
 }
 
+# A schedule the generated requests can pause, resume and run now.
+KNOWN_SCHEDULES = {"ping": {"task": "tests.tasks.add", "args": [1, 2], "every": 60}}
+
 
 def fuzzed_document():
     """The served document, with the known ids as examples so requests reach real jobs."""
@@ -40,6 +43,8 @@ def fuzzed_document():
                     parameter["examples"] = {
                         state: {"value": str(job_id)} for state, job_id in KNOWN_IDS.items()
                     }
+                if parameter["name"] == "name":
+                    parameter["examples"] = {"known": {"value": "ping"}}
     return doc
 
 
@@ -76,7 +81,11 @@ def wsgi_in_test_transaction():
 
 
 @pytest.fixture
-def operator(db):
+def operator(db, settings):
+    settings.TASKS = {
+        alias: {**config, "OPTIONS": {**config["OPTIONS"], "SCHEDULES": KNOWN_SCHEDULES}}
+        for alias, config in settings.TASKS.items()
+    }
     for state, job_id in KNOWN_IDS.items():
         make_job(state, id=job_id, kwargs={"key": "value"})
     return bearer(token_for(make_user("operator", operate=True)))

@@ -12,10 +12,11 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect, sync_playwright
 
-from jobs.models import Job
+from jobs.models import Job, Schedule
 from jobs.states import JobState
 from tests import tasks
 from tests.test_dashboard_views import PASSWORD, make_job, make_user
+from tests.test_schedules import with_schedules
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -218,3 +219,22 @@ def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
                 assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
                 page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
     assert len(list(screenshots.glob("*-laptop-light.png"))) == len(pages)
+
+
+def test_operator_pauses_and_runs_a_schedule_now_in_the_browser(open_console):
+    with with_schedules({"ping": {"task": "tests.tasks.add", "args": [1, 2], "every": 30}}):
+        pause_and_run_now(open_console())
+
+
+def pause_and_run_now(page):
+    page.get_by_role("link", name="Schedules", exact=True).click()
+    row = page.locator("#schedule-ping")
+    expect(row).to_contain_text("Every 30 seconds")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.get_by_role("status")).to_contain_text("ping: schedule paused")
+    expect(page.locator("#schedule-ping").get_by_role("button", name="Resume")).to_be_visible()
+    page.locator("#schedule-ping").get_by_role("button", name="Run now").click()
+    expect(page.get_by_role("status")).to_contain_text("ping: run enqueued")
+    job = Job.objects.get(schedule="ping")
+    expect(page.locator(f'#schedule-ping a[href="/jobs/{job.id}/"]')).to_be_visible()
+    assert Schedule.objects.get(name="ping").paused

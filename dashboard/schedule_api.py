@@ -1,0 +1,54 @@
+"""The JSON API of the schedules: list them; pause, resume or run one now."""
+
+from django.http import JsonResponse
+from django.urls import reverse
+
+from jobs import schedules
+
+from .api import refuse_parameters
+from .auth import api_view
+from .schedule_rows import schedule_row, schedule_rows
+from .serializers import error, job_json, schedule_json
+
+SOURCE = "api"
+
+
+@api_view("GET")
+def schedule_list(request):
+    refuse_parameters(request)
+    return JsonResponse({"results": [schedule_json(row) for row in schedule_rows(limit=1)]})
+
+
+@api_view("POST", operate=True)
+def pause(request, name):
+    return _act(request, schedules.pause_schedule, name)
+
+
+@api_view("POST", operate=True)
+def resume(request, name):
+    return _act(request, schedules.resume_schedule, name)
+
+
+@api_view("POST", operate=True)
+def trigger(request, name):
+    refuse_parameters(request)
+    try:
+        result = schedules.trigger_schedule(name, user=request.user, source=SOURCE)
+    except schedules.UnknownSchedule:
+        return no_such_schedule()
+    location = reverse("api:job-detail", args=[result.job.id])
+    return JsonResponse(job_json(result.job), status=201, headers={"Location": location})
+
+
+def _act(request, action, name):
+    """200 with the schedule, whether or not it changed (pausing a paused one is no error)."""
+    refuse_parameters(request)
+    try:
+        action(name, user=request.user, source=SOURCE)
+    except schedules.UnknownSchedule:
+        return no_such_schedule()
+    return JsonResponse(schedule_json(schedule_row(name)))
+
+
+def no_such_schedule():
+    return error(404, "no such schedule")

@@ -1,0 +1,47 @@
+"""What the schedules page and the API show of each schedule: its state and its recent runs."""
+
+from dataclasses import dataclass
+
+from jobs import schedules
+from jobs.models import Job
+from jobs.states import JobState
+
+# Runs shown per schedule on the page.
+RECENT_RUNS = 5
+FAILED = (JobState.DEAD_LETTER, JobState.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRow:
+    state: schedules.ScheduleState
+    # Newest first: fire times and runs made by hand ("run now").
+    recent: list[Job]
+
+    @property
+    def name(self) -> str:
+        return self.state.spec.name
+
+    @property
+    def last_job(self) -> Job | None:
+        return self.recent[0] if self.recent else None
+
+    @property
+    def failed_recently(self) -> int:
+        """How many of the recent runs ended as dead letters or cancelled."""
+        return sum(1 for job in self.recent if job.state in FAILED)
+
+
+def recent_runs(name: str, limit: int = RECENT_RUNS) -> list[Job]:
+    return list(Job.objects.filter(schedule=name).order_by("-enqueued_at", "-id")[:limit])
+
+
+def schedule_rows(limit: int = RECENT_RUNS) -> list[ScheduleRow]:
+    return [
+        ScheduleRow(state=state, recent=recent_runs(state.spec.name, limit))
+        for state in schedules.states()
+    ]
+
+
+def schedule_row(name: str) -> ScheduleRow:
+    """UnknownSchedule when `name` is not configured."""
+    return ScheduleRow(state=schedules.state(name), recent=recent_runs(name))

@@ -1,0 +1,61 @@
+"""The console's schedules page and its Pause / Resume / Run now actions."""
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from jobs import schedules
+
+from .access import operator_required, staff_required
+from .permissions import can_operate
+from .schedule_rows import schedule_rows
+
+SOURCE = "dashboard"
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def schedule_list(request):
+    context = {"rows": schedule_rows(), "can_operate": can_operate(request.user)}
+    template = "dashboard/schedules.html"
+    if request.htmx:
+        template += "#schedules"
+    return render(request, template, context)
+
+
+@require_POST
+@operator_required
+def pause(request, name):
+    return _act(request, schedules.pause_schedule, name)
+
+
+@require_POST
+@operator_required
+def resume(request, name):
+    return _act(request, schedules.resume_schedule, name)
+
+
+@require_POST
+@operator_required
+def trigger(request, name):
+    return _act(request, schedules.trigger_schedule, name)
+
+
+def _act(request, action, name):
+    """Run the action, say what it did, and go back to the page (under HTMX: its fragment)."""
+    try:
+        result = action(name, user=request.user, source=SOURCE)
+    except schedules.UnknownSchedule:
+        raise Http404("no such schedule") from None
+    if result.job is not None:
+        url = reverse("dashboard:job", args=[result.job.id])
+        text = format_html('{}: {}: <a href="{}">open the job</a>', name, result.message, url)
+    else:
+        text = f"{name}: {result.message}"
+    (messages.success if result.changed else messages.warning)(request, text)
+    return redirect("dashboard:schedules")
