@@ -207,7 +207,25 @@ def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
         "dead-letters": "dead-letters/",
         "job": f"jobs/{job.id}/",
         "workers": "workers/",
+        "schedules": "schedules/",
     }
+    for state in (JobState.SUCCEEDED, JobState.DEAD_LETTER):
+        make_job(state, task_path="tests.tasks.add", schedule="ping", scheduled_at=timezone.now())
+    with with_schedules(
+        {
+            "ping": {"task": "tests.tasks.add", "args": [1, 2], "every": 30},
+            "nightly-report": {
+                "task": "tests.tasks.add",
+                "cron": "0 3 * * *",
+                "timezone": "Europe/Paris",
+            },
+        }
+    ):
+        screenshot_pages(open_console, screenshots, pages)
+    assert len(list(screenshots.glob("*-laptop-light.png"))) == len(pages)
+
+
+def screenshot_pages(open_console, screenshots, pages):
     for scheme in ("light", "dark"):
         for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
             page = open_console(viewport=viewport, color_scheme=scheme)
@@ -218,7 +236,6 @@ def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
                 # Nothing may overflow the viewport sideways except inside scrolling tables.
                 assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
                 page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
-    assert len(list(screenshots.glob("*-laptop-light.png"))) == len(pages)
 
 
 def test_operator_pauses_and_runs_a_schedule_now_in_the_browser(open_console):
