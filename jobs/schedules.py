@@ -422,7 +422,21 @@ class Fired:
     missed: int
 
 
-def tick(backend=None) -> list[Fired]:
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one tick did, and when the next one is due."""
+
+    fired: list[Fired]
+    # Seconds until the next fire time of any active schedule (at most TICK_SECONDS), by the
+    # database's clock, so a worker whose clock is off still ticks right at the fire time.
+    next_in: float
+
+
+# Ticking this long after a fire time makes sure the database's clock has passed it.
+TICK_MARGIN = 0.005
+
+
+def tick(backend=None) -> Tick:
     """Enqueue every due fire time of every schedule; the one call the worker makes.
 
     Safe to call from any number of workers at once: for each schedule, one of them wins.
@@ -430,15 +444,19 @@ def tick(backend=None) -> list[Fired]:
     backend = _backend(backend)
     specs = configured(backend)
     if not specs:
-        return []
+        return Tick([], TICK_SECONDS)
     now = database_now()
     rows = _rows(specs, now)
     grace = grace_seconds(backend)
     fired = []
+    next_in = TICK_SECONDS
     for name, spec in specs.items():
         row = rows[name]
         if row.paused:
             continue
+        upcoming = next_fire_after(spec, now)
+        if upcoming is not None:
+            next_in = min(next_in, (upcoming - now).total_seconds() + TICK_MARGIN)
         if row.expression != spec.expression:
             _restart(row, spec, now)
             continue
@@ -456,7 +474,7 @@ def tick(backend=None) -> list[Fired]:
             result = Fired(name, decision.fire, decision.missed)
             fired.append(result)
             _log(result)
-    return fired
+    return Tick(fired, max(TICK_MARGIN, next_in))
 
 
 def _rows(specs, now):

@@ -194,8 +194,9 @@ class Worker:
                 if self.hard_stop or now - self.stop_requested_at > self.config.shutdown_timeout:
                     return
             if now >= self.next_schedule_tick and not self.stopping:
-                self.next_schedule_tick = now + schedules.TICK_SECONDS
-                self._with_db(schedules.tick, self.backend)
+                ticked = self._with_db(schedules.tick, self.backend)
+                wait = ticked.next_in if ticked else schedules.TICK_SECONDS
+                self.next_schedule_tick = time.monotonic() + wait
             if now >= self.next_heartbeat:
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds
@@ -235,6 +236,7 @@ class Worker:
 
     def _wait_time(self, now):
         timeout = min(self.poll_interval, max(0.0, self.next_heartbeat - now))
+        timeout = min(timeout, max(0.0, self.next_schedule_tick - now))
         for held in self.held.values():
             if held.claimed.timeout and held.claimed.began is not None:
                 timeout = min(timeout, max(0.0, held.claimed.began + held.claimed.timeout - now))

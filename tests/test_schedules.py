@@ -101,6 +101,13 @@ def test_an_hourly_cron_fires_in_both_repeated_autumn_hours():
     assert [t.astimezone(PARIS).hour for t in due.recent] == [2, 2, 3]
 
 
+def test_cron_catch_up_counts_every_fire_time_and_keeps_the_latest():
+    hourly = spec(cron="0 * * * *")
+    due = fire_times_between(hourly, utc(2026, 1, 1, 0, 30), utc(2026, 1, 1, 5, 0), keep=2)
+    assert due.count == 5
+    assert due.recent == [utc(2026, 1, 1, 4), utc(2026, 1, 1, 5)]
+
+
 def test_cron_catch_up_over_more_fire_times_than_are_counted_keeps_the_latest():
     minutely = spec(cron="* * * * *")
     due = fire_times_between(minutely, utc(2026, 1, 1), utc(2026, 1, 3), keep=2)
@@ -240,7 +247,7 @@ def rewind(name, seconds):
 
 @pytest.mark.django_db
 def test_a_new_schedule_starts_counting_from_now(ping):
-    assert schedules.tick() == []
+    assert schedules.tick().fired == []
     row = Schedule.objects.get(name="ping")
     assert row.last_fire_at <= schedules.database_now()
     assert not Job.objects.exists()
@@ -251,7 +258,7 @@ def test_each_due_fire_time_becomes_exactly_one_job(ping):
     schedules.tick()
     before = Schedule.objects.get(name="ping").last_fire_at
     rewind("ping", 6)
-    fired = schedules.tick()
+    fired = schedules.tick().fired
     assert [f.schedule for f in fired] == ["ping"]
     jobs = list(Job.objects.order_by("scheduled_at"))
     assert [j.scheduled_at for j in jobs][:3] == [before - timedelta(seconds=s) for s in (4, 2, 0)]
@@ -329,7 +336,7 @@ def test_a_paused_schedule_fires_nothing_and_resuming_back_fills_nothing(ping):
     assert schedules.pause("ping") is True
     assert schedules.pause("ping") is False
     rewind("ping", 60)
-    assert schedules.tick() == []
+    assert schedules.tick().fired == []
     assert not Job.objects.exists()
     assert schedules.resume("ping") is True
     assert schedules.resume("ping") is False
@@ -390,3 +397,14 @@ def test_states_list_each_schedule_with_its_next_fire_time(ping):
     assert state.next_fire_at > schedules.database_now() - timedelta(seconds=1)
     schedules.pause("ping")
     assert schedules.state("ping").paused and schedules.state("ping").next_fire_at is None
+
+
+@pytest.mark.django_db
+def test_the_next_tick_is_due_at_the_next_fire_time_and_at_most_a_second_away():
+    with with_schedules({"slow": {"task": "tests.tasks.record", "every": 3600}}):
+        assert schedules.tick().next_in == schedules.TICK_SECONDS
+    with with_schedules({"fast": {"task": "tests.tasks.record", "every": 1}}):
+        schedules.tick()
+        assert 0 < schedules.tick().next_in <= 1 + schedules.TICK_MARGIN
+        schedules.pause("fast")
+        assert schedules.tick().next_in == schedules.TICK_SECONDS

@@ -29,6 +29,7 @@ class Spec:
             "DATABASE_URL": self.db_url,
             "DJANGO_SETTINGS_MODULE": "jobsite.settings",
             "JOBSITE_LOG_LEVEL": "WARNING",
+            "JOBSITE_SCHEDULES": "{}",  # no demo schedules firing during a measurement
         }
 
     def worker_cmds(self, config, concurrency, burst):
