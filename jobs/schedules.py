@@ -30,7 +30,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -465,10 +465,10 @@ def tick(backend=None) -> Tick:
             continue
         try:
             won = _fire(spec, row, decision, backend)
-        except OperationalError:
+        except (OperationalError, InterfaceError):
             raise  # the database is away: the caller reconnects and ticks again
-        except (DatabaseError, ValueError, TypeError) as e:
-            logger.error("schedule %s could not fire: %s", name, e)
+        except Exception as e:  # one broken schedule must not stop the others, nor the worker
+            logger.error("schedule %s could not fire: %s: %s", name, type(e).__name__, e)
             continue
         if won:
             result = Fired(name, decision.fire, decision.missed)
