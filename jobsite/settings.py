@@ -121,7 +121,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 def demo_schedules():
     """Recurring jobs of the demo; JOBSITE_SCHEDULES (JSON) replaces them ('{}' for none)."""
     if "JOBSITE_SCHEDULES" in os.environ:
-        return json.loads(os.environ["JOBSITE_SCHEDULES"])
+        try:
+            return json.loads(os.environ["JOBSITE_SCHEDULES"])
+        except ValueError as e:
+            raise ImproperlyConfigured(f"JOBSITE_SCHEDULES is not valid JSON: {e}") from None
     return {
         "heartbeat-report": {"task": "jobsite.tasks.heartbeat_report", "every": 60},
         "nightly-cleanup": {
