@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from jobs import actions
-from jobs.models import Attempt, AuditEntry, Job
+from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import TERMINAL, JobState
 from tests.factories import add_attempts, make_job
 
@@ -129,6 +129,14 @@ def test_cancelling_a_parent_cancels_its_waiting_continuations():
         child.id,
         grandchild.id,
     }
+
+
+def test_cancelling_a_parent_counts_each_continuation_it_cancels():
+    parent = make_job()
+    child = make_job(JobState.SCHEDULED, parent=parent)
+    make_job(JobState.SCHEDULED, parent=child)
+    actions.cancel(parent.id)
+    assert CounterDelta.objects.totals().get("jobs_cancelled") == 3
 
 
 def test_actions_on_unknown_or_malformed_ids_change_nothing():
