@@ -22,11 +22,18 @@ def env_flag(name, default=False):
 
 
 DEBUG = env_flag("DJANGO_DEBUG", False)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
 if not SECRET_KEY:
-    if not DEBUG and env_flag("JOBSITE_REQUIRE_SECRET", False):
-        raise ImproperlyConfigured("Set DJANGO_SECRET_KEY to a long random string.")
-    # Local use only: a fixed development key. Production sets DJANGO_SECRET_KEY.
+    if not DEBUG:
+        # Anyone who knows the key can forge sessions and signed cookies: every process that
+        # loads these settings (web server, worker, manage.py) stops here instead.
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random string kept secret, e.g. "
+            "the output of: python -c 'import secrets; print(secrets.token_urlsafe(50))'. "
+            "(./dev up and ./dev test make one for local use; DJANGO_DEBUG=1 runs with a "
+            "public development key.)"
+        )
+    # DJANGO_DEBUG=1 only: a fixed development key, public in this repository.
     SECRET_KEY = "jobsite-local-development-key-not-for-production-use-0123456789"
 
 ALLOWED_HOSTS = [
