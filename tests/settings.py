@@ -10,3 +10,6 @@ import secrets
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 from jobsite.settings import *  # noqa: F403
+
+# Tests log in hundreds of times; the production hasher's cost buys nothing here.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
