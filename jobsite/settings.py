@@ -210,6 +210,21 @@ CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
+# HTTPS. HSTS is sent on HTTPS responses only. Behind a reverse proxy that terminates TLS, Django
+# sees plain HTTP unless told which header says otherwise: opt in only when the proxy always sets
+# (overwrites) X-Forwarded-Proto, or any client could claim HTTPS.
+if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT")
+try:
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+except ValueError:
+    raise ImproperlyConfigured(
+        "DJANGO_SECURE_HSTS_SECONDS must be a whole number of seconds"
+    ) from None
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
