@@ -10,8 +10,6 @@ import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
-# No demo schedules in tests (here and in every worker subprocess): tests declare their own.
-os.environ["JOBSITE_SCHEDULES"] = "{}"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -28,20 +26,6 @@ def plain_static_names(django_test_environment):
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
     with override_settings(STORAGES=storages):
-        yield
-
-
-@pytest.fixture(autouse=True, scope="session")
-def no_demo_schedules(django_test_environment):
-    """The settings were read before this file: take the demo schedules out here too."""
-    from django.conf import settings
-    from django.test import override_settings
-
-    tasks = {
-        alias: {**config, "OPTIONS": {**config.get("OPTIONS", {}), "SCHEDULES": {}}}
-        for alias, config in settings.TASKS.items()
-    }
-    with override_settings(TASKS=tasks):
         yield
 
 
