@@ -9,6 +9,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
+    path("jobs/<str:job_id>/run-now", api.run_now, name="job-run-now"),
     path("metrics/summary", api.summary, name="metrics-summary"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.

@@ -10,6 +10,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/retry/", views.retry, name="retry"),
     path("jobs/<uuid:job_id>/rerun/", views.rerun, name="rerun"),
     path("jobs/<uuid:job_id>/cancel/", views.cancel, name="cancel"),
+    path("jobs/<uuid:job_id>/run-now/", views.run_now, name="run_now"),
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
     path("workers/", views.worker_list, name="workers"),

@@ -6,8 +6,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -19,10 +18,12 @@ from jobs import actions
 from jobs.models import Job
 from jobs.states import JobState
 
+from . import buttons as action_buttons
 from . import queries
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
+from .errors import error_page
 from .forms import BULK_CAP, BulkRetryForm, DeadLetterFilterForm, JobFilterForm
 from .permissions import can_view
 
@@ -62,9 +63,12 @@ def job_list(request):
         page = queries.jobs_page(
             form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
         )
+    now = timezone.now()
     context = {
         "form": form,
         "page": page,
+        # The "runs at" column only where a row waits for a later moment.
+        "shows_runs_at": bool(page) and any(actions.due_later(j, now) for j in page.rows),
         # Only the whole page shows the suggestions, so only it runs these queries.
         "queue_names": partial(queries.distinct_names, "queue_name"),
         "task_names": partial(queries.distinct_names, "task_path"),
@@ -79,9 +83,12 @@ def job_list(request):
 @staff_required
 @vary_on_headers("HX-Request")
 def job_detail(request, job_id):
-    job = get_object_or_404(Job, id=job_id)
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
     context = {
         "job": job,
+        "due_later": actions.due_later(job),
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
@@ -151,13 +158,24 @@ def retry(request, job_id):
 @require_POST
 @operator_required
 def cancel(request, job_id):
+    if asking := _ask_first(request, action_buttons.CANCEL, job_id):
+        return asking
     result = actions.cancel_job(job_id, user=request.user, source=SOURCE)
     return _report(request, result, job_id)
 
 
 @require_POST
 @operator_required
+def run_now(request, job_id):
+    result = actions.run_now_job(job_id, user=request.user, source=SOURCE)
+    return _report(request, result, job_id)
+
+
+@require_POST
+@operator_required
 def rerun(request, job_id):
+    if asking := _ask_first(request, action_buttons.RERUN, job_id):
+        return asking
     # The form carries a one-time token: the same press sent twice reruns once, across processes.
     token = request.POST.get("token", "")[:64]
     key = f"dashboard:{request.user.pk}:{token}" if token else ""
@@ -201,9 +219,25 @@ def bulk_retry(request):
 # Helpers of the actions.
 
 
+def _ask_first(request, button, job_id):
+    """The page asking to confirm, when the form came with confirm=ask (no script ran).
+
+    dashboard.js asks in a dialog and posts confirm=yes; a POST without the field (scripts,
+    tests) acts at once, as the contract says.
+    """
+    if request.POST.get("confirm") != "ask":
+        return None
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
+    carried = [(name, request.POST[name]) for name in ("next", "token") if request.POST.get(name)]
+    context = {"button": button, "job": job, "carried": carried, "back": _back_url(request, job_id)}
+    return render(request, "dashboard/confirm.html", context)
+
+
 def _report(request, result, job_id):
     if result.job is None:
-        raise Http404("no such job")
+        return error_page(request, 404, f"No job has the id {job_id}.")
     if result.new_job is not None:
         url = reverse("dashboard:job", args=[result.new_job.id])
         text = format_html('{}: <a href="{}">open the new run</a>', result.message, url)
@@ -214,12 +248,16 @@ def _report(request, result, job_id):
 
 
 def _back(request, job_id):
+    return redirect(_back_url(request, job_id))
+
+
+def _back_url(request, job_id):
     target = request.POST.get("next", "")
     if "\x00" in target or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         target = reverse("dashboard:job", args=[job_id])
-    return redirect(target)
+    return target
 
 
 def _already_rerun(new_id):
