@@ -19,7 +19,7 @@ from jobs.models import Job
 from jobs.states import JobState
 
 from . import buttons as action_buttons
-from . import queries
+from . import queries, task_stats
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
@@ -132,6 +132,31 @@ def worker_list(request):
     template = "dashboard/workers.html"
     if request.htmx:
         template += "#workers"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_list(request):
+    context = {"tasks": task_stats.task_list(), "window": task_stats.RECENT_ATTEMPTS}
+    template = "dashboard/tasks.html"
+    if request.htmx:
+        template += "#tasks"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_detail(request, task_path):
+    detail = task_stats.task_detail(task_path)
+    if detail is None:
+        return error_page(request, 404, f"No job of the task {task_path} is stored.")
+    context = {"task_path": task_path, "detail": detail, "window": task_stats.TASK_JOBS}
+    template = "dashboard/task_detail.html"
+    if request.htmx:
+        template += "#task"
     return render(request, template, context)
 
 

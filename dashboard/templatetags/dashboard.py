@@ -109,6 +109,14 @@ def number(value) -> str:
 
 
 @register.filter
+def percent(fraction) -> str:
+    """A share as a percentage: "12.5 %"; "—" when there is none."""
+    if fraction is None:
+        return "—"
+    return f"{fraction * 100:.1f} %".replace(".0 %", " %")
+
+
+@register.filter
 def short_id(value) -> str:
     """The first 8 hex digits, which the job search also takes."""
     return str(value)[:8]
@@ -146,5 +154,7 @@ def due_later(job):
 
 
 @register.simple_tag
-def buttons_for(job, user):
-    return job_buttons(job, user)
+def buttons_for(job, user, *only):
+    """The buttons of `job` for `user`, or only those whose action is in `only`."""
+    buttons = job_buttons(job, user)
+    return [b for b in buttons if b.action in only] if only else buttons
