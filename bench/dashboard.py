@@ -222,6 +222,12 @@ def pages():
         ("dead letters fragment", "/dead-letters/", True),
         ("dead letters task+error", f"/dead-letters/?task={task}&error=ValueError", True),
         ("workers", "/workers/", False),
+        ("tasks", "/tasks/", False),
+        ("tasks fragment (poll)", "/tasks/", True),
+        ("task page", f"/tasks/{task}/", False),
+        ("task page fragment (poll)", f"/tasks/{task}/", True),
+        ("/metrics", "/metrics", False),
+        ("/api/v1/metrics/summary", "/api/v1/metrics/summary", False),
     ]
 
 

@@ -20,8 +20,8 @@ from jobs.states import AttemptOutcome, JobState
 
 from .queries import FAILED_OUTCOMES, distinct_names
 
-RECENT_ATTEMPTS = 2_000
-TASK_JOBS = 1_000
+RECENT_ATTEMPTS = 1_000
+TASK_JOBS = 500
 RECENT_FAILURES = 10
 MESSAGE_CHARS = 300
 # Outcomes whose run time says how long the task takes (a lost or interrupted attempt does not).
@@ -57,7 +57,7 @@ class TaskFigures:
     # Most recent first, at most RECENT_FAILURES.
     recent_failures: list[Failure] = field(default_factory=list)
 
-    def add(self, *, outcome, started_at, finished_at, job_id, number, error_type, error_message):
+    def add(self, *, outcome, started_at, finished_at, job_id, number, error_type, error_text):
         """Count one attempt; attempts arrive most recent first."""
         self.runs += 1
         if self.last_run_at is None:
@@ -72,7 +72,7 @@ class TaskFigures:
                     number=number,
                     finished_at=finished_at,
                     error_type=error_type,
-                    error_message=error_message,
+                    error_message=error_text,
                 )
                 self.recent_failures.append(failure)
 
@@ -82,11 +82,15 @@ class TaskFigures:
 
     @property
     def p50(self) -> timedelta | None:
-        return percentile(sorted(self.durations), 50)
+        return percentile(self._sorted_durations(), 50)
 
     @property
     def p95(self) -> timedelta | None:
-        return percentile(sorted(self.durations), 95)
+        return percentile(self._sorted_durations(), 95)
+
+    def _sorted_durations(self) -> list[timedelta]:
+        self.durations.sort()
+        return self.durations
 
     @property
     def last_error(self) -> Failure | None:
@@ -106,18 +110,18 @@ class TaskList:
 ATTEMPT_COLUMNS = ("outcome", "started_at", "finished_at", "job_id", "number", "error_type")
 
 
-def _attempt_values(queryset):
-    return queryset.values(
-        *ATTEMPT_COLUMNS, error_message=Substr("error_message", 1, MESSAGE_CHARS)
-    )
+def _attempt_values(queryset, **more):
+    message = Substr("error_message", 1, MESSAGE_CHARS)
+    return queryset.values(*ATTEMPT_COLUMNS, error_text=message, **more)
 
 
 def task_list() -> TaskList:
     """Every task name, with the figures of its attempts among the most recent ones."""
     window = list(
         _attempt_values(
-            Attempt.objects.filter(finished_at__isnull=False).order_by("-finished_at")
-        ).annotate(task_path=F("job__task_path"))[: RECENT_ATTEMPTS + 1]
+            Attempt.objects.filter(finished_at__isnull=False).order_by("-finished_at"),
+            task_path=F("job__task_path"),
+        )[: RECENT_ATTEMPTS + 1]
     )
     complete = len(window) <= RECENT_ATTEMPTS
     window = window[:RECENT_ATTEMPTS]
