@@ -15,6 +15,6 @@ urlpatterns = [
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
     path("workers/", views.worker_list, name="workers"),
     path("tasks/", views.task_list, name="tasks"),
-    path("tasks/<str:task_path>/", views.task_detail, name="task"),
+    path("tasks/<path:task_path>/", views.task_detail, name="task"),
     path("no-access/", views.no_access, name="no_access"),
 ]
