@@ -56,7 +56,8 @@ def when(moment: datetime | None, empty: str = "—"):
     today = utc.date() == now.astimezone(UTC).date()
     clock = utc.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M")
     return format_html(
-        '<time datetime="{}" title="{}">{}<span class="abs-time"> · {} UTC</span></time>',
+        '<time datetime="{}" title="{}">{}<span class="abs-time">'
+        '<span class="abs-sep"> · </span>{} UTC</span></time>',
         moment.isoformat(),
         full,
         relative,
