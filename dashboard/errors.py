@@ -6,6 +6,8 @@ A project serving the console wires them in its root URLconf:
     handler403 = "dashboard.errors.permission_denied"
     handler404 = "dashboard.errors.page_not_found"
     handler500 = "dashboard.errors.server_error"
+
+and `CSRF_FAILURE_VIEW = "dashboard.errors.csrf_failure"` in its settings.
 """
 
 import logging
@@ -51,3 +53,10 @@ def page_not_found(request, exception=None):
 
 def server_error(request):
     return error_page(request, 500)
+
+
+def csrf_failure(request, reason=""):
+    """For CSRF_FAILURE_VIEW: a form whose security token was missing or stale."""
+    return error_page(
+        request, 403, "The form was refused: reload the page and try again (its token expired)."
+    )

@@ -327,3 +327,17 @@ def test_overview_queue_cells_are_labelled_for_the_phone_layout(operator_client)
     html = operator_client.get("/").content.decode()
     for label in ("Pending", "Running", "Retrying", "Dead letters", "Oldest due"):
         assert f'data-label="{label}"' in html
+
+
+@pytest.mark.django_db
+def test_a_form_posted_without_its_csrf_token_is_refused_inside_the_layout(django_user_model):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user(django_user_model, "olivia", operate=True))
+    job = make_job(JobState.DEAD_LETTER)
+    response = client.post(reverse("dashboard:retry", args=[job.id]))
+    assert response.status_code == 403
+    assert b'class="topbar"' in response.content and b"reload the page" in response.content
+    job.refresh_from_db()
+    assert job.state == JobState.DEAD_LETTER
