@@ -139,7 +139,7 @@ def worker_list(request):
 @staff_required
 @vary_on_headers("HX-Request")
 def task_list(request):
-    context = {"tasks": task_stats.task_list(), "window": task_stats.RECENT_ATTEMPTS}
+    context = {"tasks": task_stats.task_list()}
     template = "dashboard/tasks.html"
     if request.htmx:
         template += "#tasks"
@@ -150,10 +150,11 @@ def task_list(request):
 @staff_required
 @vary_on_headers("HX-Request")
 def task_detail(request, task_path):
-    detail = task_stats.task_detail(task_path)
+    # No stored task path holds a NUL (PostgreSQL refuses one in a query).
+    detail = None if "\x00" in task_path else task_stats.task_detail(task_path)
     if detail is None:
-        return error_page(request, 404, f"No job of the task {task_path} is stored.")
-    context = {"task_path": task_path, "detail": detail, "window": task_stats.TASK_JOBS}
+        return error_page(request, 404, f"No job of the task {task_path!r} is stored.")
+    context = {"task_path": task_path, "detail": detail}
     template = "dashboard/task_detail.html"
     if request.htmx:
         template += "#task"

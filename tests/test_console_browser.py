@@ -185,6 +185,13 @@ def test_live_refresh_says_when_it_pauses_and_can_be_turned_off_and_on(open_cons
     page.get_by_text("Traceback", exact=True).click()
     expect(status).to_have_text("Live")
 
+    # A confirmation open over the page: the form it answers for is not swapped away.
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    expect(status).to_have_text("Paused while a dialog is open")
+    assert page.evaluate(REFRESH_SENT) is False
+    page.keyboard.press("Escape")
+    expect(status).to_have_text("Live")
+
     toggle.click()
     expect(status).to_have_text("Live refresh off")
     assert page.evaluate(REFRESH_SENT) is False

@@ -127,3 +127,7 @@ def test_a_task_path_with_a_slash_has_its_page(viewer_client):
     make_job(JobState.SUCCEEDED, task_path="odd/path.task")
     assert 'href="/tasks/odd/path.task/"' in viewer_client.get("/tasks/").content.decode()
     assert viewer_client.get("/tasks/odd/path.task/").status_code == 200
+
+
+def test_a_task_path_with_a_nul_character_is_a_404_not_a_crash(viewer_client):
+    assert viewer_client.get("/tasks/app.%00tasks/").status_code == 404

@@ -34,6 +34,10 @@
     if (liveOff()) {
       return "Live refresh off";
     }
+    // A confirmation open over the page: its form must still be there when it is answered.
+    if (document.querySelector("dialog[open]")) {
+      return "Paused while a dialog is open";
+    }
     if (region.querySelector("details[open]")) {
       return "Paused: a traceback is open";
     }
@@ -165,6 +169,7 @@
     dialog.returnValue = "";
     dialog.onclose = function () {
       dialog.onclose = null;
+      window.setTimeout(showLiveStatus, 0);
       if (dialog.returnValue !== "confirm" || !form.isConnected) {
         return;
       }
