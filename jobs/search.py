@@ -1,0 +1,175 @@
+"""Finding jobs by what an operator knows: an id prefix, a task, an argument, a key, an error.
+
+A job matches a search text when the text is a prefix (6+ hex characters) of its id, appears
+in its task path, in any string among its args or kwargs (at any depth), in its dedup_key, or in
+its error type or message, ignoring case; or when the text is a number equal to a number among
+its arguments (`1003` finds `[1003]`, not `[10030]`).
+
+The arguments are read through two database functions of the same name on both databases:
+`jobsite_search_strings(args, kwargs, dedup_key)` (every string, lower-cased, one per line) and
+`jobsite_search_numbers(args, kwargs)` (every number, each between spaces). On PostgreSQL they
+are SQL functions with trigram (pg_trgm) GIN indexes on them, so a search reads an index
+instead of the table (migration 0007); on SQLite they are the Python functions below, registered
+on each connection.
+"""
+
+import json
+import re
+import uuid
+
+from django.db.backends.signals import connection_created
+from django.db.models import F, Func, Q, TextField, Value
+from django.db.models.functions import Concat
+from django.dispatch import receiver
+
+# An id prefix shorter than this would match too much to be what anyone meant.
+MIN_ID_PREFIX = 6
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+# The PostgreSQL side, created by migration 0007.
+PG_FUNCTIONS = r"""
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE OR REPLACE FUNCTION jobsite_search_strings(a jsonb, k jsonb, dedup text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT lower(concat_ws(E'\n', (
+        SELECT string_agg(v #>> '{}', E'\n')
+        FROM (SELECT jsonb_path_query(a, 'strict $.**') AS v
+              UNION ALL SELECT jsonb_path_query(k, 'strict $.**')) AS found
+        WHERE jsonb_typeof(v) = 'string'
+    ), dedup))
+$$;
+CREATE OR REPLACE FUNCTION jobsite_search_numbers(a jsonb, k jsonb)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ' ' || coalesce((
+        SELECT string_agg(v::text, ' ')
+        FROM (SELECT jsonb_path_query(a, 'strict $.**') AS v
+              UNION ALL SELECT jsonb_path_query(k, 'strict $.**')) AS found
+        WHERE jsonb_typeof(v) = 'number'
+    ), '') || ' '
+$$;
+"""
+PG_INDEXES = r"""
+CREATE INDEX IF NOT EXISTS job_search_strings ON jobs_job
+    USING gin (jobsite_search_strings(args, kwargs, dedup_key) gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS job_search_numbers ON jobs_job
+    USING gin (jobsite_search_numbers(args, kwargs) gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS job_search_errors ON jobs_job
+    USING gin ((lower(error_type || E'\n' || error_message)) gin_trgm_ops)
+    WHERE error_type <> '';
+"""
+PG_DROP = """
+DROP INDEX IF EXISTS job_search_strings;
+DROP INDEX IF EXISTS job_search_numbers;
+DROP INDEX IF EXISTS job_search_errors;
+DROP FUNCTION IF EXISTS jobsite_search_strings(jsonb, jsonb, text);
+DROP FUNCTION IF EXISTS jobsite_search_numbers(jsonb, jsonb);
+"""
+
+
+def _scalars(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _scalars(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _scalars(item)
+    else:
+        yield value
+
+
+def _loaded(*texts):
+    for text in texts:
+        if text is None:
+            continue
+        try:
+            yield from _scalars(json.loads(text))
+        except ValueError:
+            continue
+
+
+def search_strings(args, kwargs, dedup_key) -> str:
+    """Every string among the arguments and the dedup key, lower-cased, one per line."""
+    strings = [v for v in _loaded(args, kwargs) if isinstance(v, str)]
+    if dedup_key:
+        strings.append(dedup_key)
+    return "\n".join(strings).lower()
+
+
+def search_numbers(args, kwargs) -> str:
+    """Every number among the arguments in its decimal text, each between spaces."""
+    numbers = [
+        json.dumps(v)
+        for v in _loaded(args, kwargs)
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return " " + " ".join(numbers) + " "
+
+
+@receiver(connection_created)
+def _register_sqlite_functions(sender, connection, **kwargs):
+    if connection.vendor == "sqlite":
+        raw = connection.connection
+        raw.create_function("jobsite_search_strings", 3, search_strings, deterministic=True)
+        raw.create_function("jobsite_search_numbers", 2, search_numbers, deterministic=True)
+
+
+class _SearchStrings(Func):
+    function = "jobsite_search_strings"
+    output_field = TextField()
+
+
+class _SearchNumbers(Func):
+    function = "jobsite_search_numbers"
+    output_field = TextField()
+
+
+class _ErrorText(Func):
+    """lower(error_type || newline || error_message): the expression the error index holds."""
+
+    template = "lower(%(expressions)s)"
+    output_field = TextField()
+
+    def __init__(self):
+        super().__init__(Concat(F("error_type"), Value("\n"), F("error_message")))
+
+    def as_postgresql(self, compiler, connection, **extra):
+        # Written exactly as in the index, so PostgreSQL can use it.
+        return "lower(error_type || E'\\n' || error_message)", []
+
+
+def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids starting with `text`, when it is 6-32 hex digits (dashes allowed)."""
+    digits = text.replace("-", "").lower()
+    if MIN_ID_PREFIX <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
+        return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+    return None
+
+
+def matching(text: str, *, task_paths=()) -> Q:
+    """The condition for jobs matching the search `text` (see the module's docstring).
+
+    `task_paths` are the known task paths; those containing the text match by an index probe
+    each, which is cheaper than a pattern over every row's task path.
+    """
+    needle = text.lower()
+    condition = Q(_search_strings__contains=needle) | Q(
+        ~Q(error_type=""), _search_errors__contains=needle
+    )
+    ids = id_prefix_range(text)
+    if ids:
+        condition |= Q(id__gte=ids[0], id__lte=ids[1])
+    tasks = [path for path in task_paths if needle in path.lower()]
+    if tasks:
+        condition |= Q(task_path__in=tasks)
+    if NUMBER.fullmatch(text.strip()):
+        condition |= Q(_search_numbers__contains=f" {text.strip()} ")
+    return condition
+
+
+def search(queryset, text: str, *, task_paths=()):
+    """`queryset` narrowed to the jobs matching `text`."""
+    return queryset.alias(
+        _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
+        _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
+        _search_errors=_ErrorText(),
+    ).filter(matching(text, task_paths=task_paths))
