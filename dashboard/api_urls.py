@@ -5,10 +5,15 @@ from . import api
 app_name = "api"
 urlpatterns = [
     path("jobs", api.job_list, name="job-list"),
+    path("jobs/bulk", api.bulk_action, name="job-bulk"),
     path("jobs/<str:job_id>", api.job_detail, name="job-detail"),
     path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
+    path("jobs/<str:job_id>/discard", api.discard, name="job-discard"),
+    path("queues", api.queue_list, name="queue-list"),
+    path("queues/<str:name>/pause", api.queue_pause, name="queue-pause"),
+    path("queues/<str:name>/resume", api.queue_resume, name="queue-resume"),
     path("metrics/summary", api.summary, name="metrics-summary"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.

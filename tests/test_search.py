@@ -58,9 +58,7 @@ def test_finds_by_id_prefix_of_six_hex_characters_or_more():
 
 def test_finds_by_part_of_a_task_path_given_the_known_paths():
     job = make_job(task_path="tests.tasks.send_invoice")
-    assert found("send_inv", task_paths=["tests.tasks.send_invoice", "tests.tasks.add"]) == {
-        job.id
-    }
+    assert found("send_inv", task_paths=["tests.tasks.send_invoice", "tests.tasks.add"]) == {job.id}
 
 
 def test_wildcards_in_the_text_are_taken_literally():
