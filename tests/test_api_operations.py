@@ -1,6 +1,9 @@
 """The API's operator features: search, discard, edited reruns, bulk by filter, queues."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from jobs import queues
 from jobs.models import AuditEntry, Job
@@ -65,13 +68,15 @@ def test_a_search_text_over_200_characters_is_a_400(client, reader_headers):
 
 def test_a_job_lists_its_reruns_newest_first(client, operator_headers):
     job = make_job(JobState.SUCCEEDED)
-    first = client.post(f"/api/v1/jobs/{job.id}/rerun", headers=operator_headers).json()
-    second = client.post(f"/api/v1/jobs/{job.id}/rerun", headers=operator_headers).json()
+    now = timezone.now()
+    older = make_job(JobState.SUCCEEDED, rerun_of=job, enqueued_at=now - timedelta(minutes=5))
+    newer = make_job(JobState.PENDING, rerun_of=job, enqueued_at=now)
     detail = client.get(f"/api/v1/jobs/{job.id}", headers=operator_headers).json()
-    assert detail["reruns"] == [second["id"], first["id"]]
+    assert detail["reruns"] == [str(newer.id), str(older.id)]
     listed = client.get("/api/v1/jobs", headers=operator_headers).json()["results"]
-    assert {j["id"]: j["reruns"] for j in listed}[str(job.id)] == [second["id"], first["id"]]
-    assert first["reruns"] == [] and first["rerun_of"] == str(job.id)
+    assert {j["id"]: j["reruns"] for j in listed}[str(job.id)] == [str(newer.id), str(older.id)]
+    made = client.post(f"/api/v1/jobs/{older.id}/rerun", headers=operator_headers).json()
+    assert made["reruns"] == [] and made["rerun_of"] == str(older.id)
 
 
 # Discard.
