@@ -196,7 +196,7 @@ def json_body(request, allowed) -> dict:
         return {}
     try:
         body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
@@ -289,6 +289,8 @@ def rerun(request, job_id):
         )
     except (TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
+    except RecursionError:
+        raise BadRequest("args or kwargs are nested too deeply") from None
     return action_response(result)
 
 

@@ -12,8 +12,8 @@ urlpatterns = [
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
     path("jobs/<str:job_id>/discard", api.discard, name="job-discard"),
     path("queues", api.queue_list, name="queue-list"),
-    path("queues/<str:name>/pause", api.queue_pause, name="queue-pause"),
-    path("queues/<str:name>/resume", api.queue_resume, name="queue-resume"),
+    path("queues/<path:name>/pause", api.queue_pause, name="queue-pause"),
+    path("queues/<path:name>/resume", api.queue_resume, name="queue-resume"),
     path("metrics/summary", api.summary, name="metrics-summary"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.

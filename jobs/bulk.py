@@ -5,7 +5,7 @@ allowed in its state is matched but not changed. The whole run writes one audit 
 counts instead of one per job.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import actions
@@ -30,43 +30,67 @@ def apply(
     jobs,
     *,
     dry_run: bool = False,
-    user=None,
-    source: str = "python",
-    description: str = "",
     progress: Callable[[int, int], None] | None = None,
-    batch: int = BATCH,
+    **audit,
 ) -> BulkResult:
     """Apply `action` to every job of the queryset `jobs`; `progress(matched, applied)` per batch.
 
-    With `dry_run`, only count. Batches walk the ids in order, so jobs that an action moves out
-    of the filter are neither missed nor seen twice.
+    With `dry_run`, only count. `audit` takes `user`, `source`, `description` and `batch` as
+    `run` does.
     """
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     if dry_run:
+        _check(action)
         return BulkResult(matched=jobs.count(), applied=0)
-    act = ACTIONS[action]
+    result = BulkResult(matched=0, applied=0)
+    for result in run(action, jobs, **audit):
+        if progress:
+            progress(result.matched, result.applied)
+    return result
+
+
+def run(
+    action: str,
+    jobs,
+    *,
+    user=None,
+    source: str = "python",
+    description: str = "",
+    batch: int = BATCH,
+) -> Iterator[BulkResult]:
+    """Apply `action` batch by batch, yielding the running totals after each batch.
+
+    Batches walk the ids in order, so jobs that the action moves out of the filter are neither
+    missed nor seen twice. The audit entry is written at the end, or with the totals so far when
+    the caller stops early (a closed progress page).
+    """
+    act = ACTIONS[_check(action)]
     ids = jobs.order_by("id").values_list("id", flat=True)
     matched = applied = 0
     last = None
-    while True:
-        chunk = list((ids.filter(id__gt=last) if last else ids)[:batch])
-        if not chunk:
-            break
-        last = chunk[-1]
-        matched += len(chunk)
-        applied += sum(
-            act(job_id, user=user, source=source, record=False).changed for job_id in chunk
+    try:
+        while True:
+            chunk = list((ids.filter(id__gt=last) if last else ids)[:batch])
+            if not chunk:
+                break
+            last = chunk[-1]
+            matched += len(chunk)
+            applied += sum(
+                act(job_id, user=user, source=source, record=False).changed for job_id in chunk
+            )
+            yield BulkResult(matched=matched, applied=applied)
+    finally:
+        AuditEntry.objects.create(
+            user=user if getattr(user, "pk", None) else None,
+            username=user.get_username() if getattr(user, "pk", None) else "",
+            action=f"bulk {action}",
+            source=source,
+            outcome=f"{applied:,} of {matched:,} matching jobs changed",
+            subject=description[:255],
+            detail={"matched": matched, "applied": applied, "filter": description},
         )
-        if progress:
-            progress(matched, applied)
-    AuditEntry.objects.create(
-        user=user if getattr(user, "pk", None) else None,
-        username=user.get_username() if getattr(user, "pk", None) else "",
-        action=f"bulk {action}",
-        source=source,
-        outcome=f"{applied:,} of {matched:,} matching jobs changed",
-        subject=description[:255],
-        detail={"matched": matched, "applied": applied, "filter": description},
-    )
-    return BulkResult(matched=matched, applied=applied)
+
+
+def _check(action: str) -> str:
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+    return action
