@@ -16,7 +16,7 @@ from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.states import TERMINAL, JobState
 
 PASSWORD = "correct horse battery staple"
-PAGES = ["/", "/jobs/", "/dead-letters/", "/workers/"]
+PAGES = ["/", "/jobs/", "/dead-letters/", "/queues/", "/workers/"]
 ACTIONS = ["retry", "rerun", "cancel"]
 ACTION_LABELS = ("Retry", "Rerun", "Cancel", "Discard")
 XSS_CORPUS = [
