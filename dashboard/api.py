@@ -208,8 +208,6 @@ def json_body(request, allowed) -> dict:
 
 def bulk_filter(value) -> dict:
     """A bulk action's `filter`, checked like the job list's query parameters."""
-    if value is None:
-        return {}
     if not isinstance(value, dict):
         raise BadRequest("filter must be an object")
     unknown = sorted(key for key in value if key not in FILTER_KEYS)
@@ -217,7 +215,7 @@ def bulk_filter(value) -> dict:
         raise BadRequest("unknown filter", unknown=unknown, allowed=list(FILTER_KEYS))
     filters = {}
     for key, text in value.items():
-        if text is None or text == "":
+        if text == "":
             continue
         if not isinstance(text, str) or "\x00" in text:
             raise BadRequest(f"filter {key} must be a string without NUL")
@@ -279,6 +277,8 @@ def rerun(request, job_id):
     """An optional body `{"args": [...], "kwargs": {...}}` makes an edited rerun."""
     refuse_parameters(request)
     body = json_body(request, ("args", "kwargs"))
+    if any(body.get(key, ...) is None for key in ("args", "kwargs")):
+        raise BadRequest("args and kwargs may be left out, not null")
     try:
         result = actions.rerun_job(
             job_id,
@@ -311,12 +311,12 @@ def bulk_action(request):
     refuse_parameters(request)
     body = json_body(request, ("action", "filter", "dry_run"))
     action = body.get("action")
-    if action not in bulk.ACTIONS:
+    if not isinstance(action, str) or action not in bulk.ACTIONS:
         raise BadRequest("action must be one of", allowed=list(bulk.ACTIONS))
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise BadRequest("dry_run must be true or false")
-    filters = bulk_filter(body.get("filter"))
+    filters = bulk_filter(body.get("filter", {}))
     result = bulk.apply(
         action,
         queries.filtered_jobs(**filters),

@@ -12,10 +12,11 @@ urlpatterns = [
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
     path("jobs/<str:job_id>/discard", api.discard, name="job-discard"),
     path("queues", api.queue_list, name="queue-list"),
-    path("queues/<path:name>/pause", api.queue_pause, name="queue-pause"),
-    path("queues/<path:name>/resume", api.queue_resume, name="queue-resume"),
+    # Any queue name, slashes and line breaks included.
+    re_path(r"^queues/(?P<name>[\s\S]+)/pause$", api.queue_pause, name="queue-pause"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/resume$", api.queue_resume, name="queue-resume"),
     path("metrics/summary", api.summary, name="metrics-summary"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.
-    re_path(r"^(?P<rest>.*)$", api.not_found),
+    re_path(r"^(?P<rest>[\s\S]*)$", api.not_found),
 ]

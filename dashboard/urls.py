@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views
 
@@ -15,8 +15,8 @@ urlpatterns = [
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
     path("queues/", views.queue_list, name="queues"),
-    path("queues/<path:name>/pause/", views.queue_pause, name="queue_pause"),
-    path("queues/<path:name>/resume/", views.queue_resume, name="queue_resume"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/pause/$", views.queue_pause, name="queue_pause"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/resume/$", views.queue_resume, name="queue_resume"),
     path("workers/", views.worker_list, name="workers"),
     path("no-access/", views.no_access, name="no_access"),
 ]
