@@ -207,7 +207,8 @@ def rerun(request, job_id):
             except (TypeError, ValueError, RecursionError) as exc:
                 form.add_error(None, str(exc) or "These arguments cannot be stored.")
         if form.errors:
-            return _job_page(request, job, edit_form=form, status=400)
+            # The page again with the errors by their fields, as a form page answers (200).
+            return _job_page(request, job, edit_form=form)
     else:
         result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
     if not result.changed and result.new_job is not None:
