@@ -8,9 +8,10 @@ its arguments (`1003` finds `[1003]`, not `[10030]`).
 The arguments are read through two database functions of the same name on both databases:
 `jobsite_search_strings(args, kwargs, dedup_key)` (every string, lower-cased, one per line) and
 `jobsite_search_numbers(args, kwargs)` (every number, each between spaces). On PostgreSQL they
-are SQL functions with trigram (pg_trgm) GIN indexes on them, so a search reads an index
-instead of the table (migration 0007); on SQLite they are the Python functions below, registered
-on each connection.
+are SQL functions with trigram (pg_trgm) GIN indexes on them, with a third on
+`lower(error_type || newline || error_message)` for failed jobs, so a search reads indexes
+instead of the table (all created by migration 0007); on SQLite they are the Python functions
+below, registered on each connection.
 """
 
 import json
@@ -25,45 +26,6 @@ from django.dispatch import receiver
 # An id prefix shorter than this would match too much to be what anyone meant.
 MIN_ID_PREFIX = 6
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
-
-# The PostgreSQL side, created by migration 0007.
-PG_FUNCTIONS = r"""
-CREATE EXTENSION IF NOT EXISTS pg_trgm;
-CREATE OR REPLACE FUNCTION jobsite_search_strings(a jsonb, k jsonb, dedup text)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT lower(concat_ws(E'\n', (
-        SELECT string_agg(v #>> '{}', E'\n')
-        FROM (SELECT jsonb_path_query(a, 'strict $.**') AS v
-              UNION ALL SELECT jsonb_path_query(k, 'strict $.**')) AS found
-        WHERE jsonb_typeof(v) = 'string'
-    ), dedup))
-$$;
-CREATE OR REPLACE FUNCTION jobsite_search_numbers(a jsonb, k jsonb)
-RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT ' ' || coalesce((
-        SELECT string_agg(v::text, ' ')
-        FROM (SELECT jsonb_path_query(a, 'strict $.**') AS v
-              UNION ALL SELECT jsonb_path_query(k, 'strict $.**')) AS found
-        WHERE jsonb_typeof(v) = 'number'
-    ), '') || ' '
-$$;
-"""
-PG_INDEXES = r"""
-CREATE INDEX IF NOT EXISTS job_search_strings ON jobs_job
-    USING gin (jobsite_search_strings(args, kwargs, dedup_key) gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS job_search_numbers ON jobs_job
-    USING gin (jobsite_search_numbers(args, kwargs) gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS job_search_errors ON jobs_job
-    USING gin ((lower(error_type || E'\n' || error_message)) gin_trgm_ops)
-    WHERE error_type <> '';
-"""
-PG_DROP = """
-DROP INDEX IF EXISTS job_search_strings;
-DROP INDEX IF EXISTS job_search_numbers;
-DROP INDEX IF EXISTS job_search_errors;
-DROP FUNCTION IF EXISTS jobsite_search_strings(jsonb, jsonb, text);
-DROP FUNCTION IF EXISTS jobsite_search_numbers(jsonb, jsonb);
-"""
 
 
 def _scalars(value):
