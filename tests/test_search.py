@@ -71,3 +71,16 @@ def test_wildcards_in_the_text_are_taken_literally():
 def test_search_text_functions_mirror_what_postgresql_computes():
     assert search_strings('[1, "A", {"b": ["C"]}]', '{"k": "D"}', "Key") == "a\nc\nd\nkey"
     assert search_numbers("[1, 2.5, true, null]", "{}") == " 1 2.5 "
+
+
+def test_quotes_and_backslashes_are_found_too():
+    job = make_job(kwargs={"note": 'say "hi" \\ there'})
+    assert found('"hi"') == {job.id}
+    assert found("\\ the") == {job.id}
+
+
+def test_a_number_inside_a_string_is_not_a_number_match_but_a_text_one():
+    text = make_job(kwargs={"ref": "x1003"})
+    number = make_job(args=[1003])
+    assert found("1003") == {text.id, number.id}
+    assert found("x100") == {text.id}

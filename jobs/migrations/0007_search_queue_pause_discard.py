@@ -29,17 +29,15 @@ RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 """
 PG_INDEXES = r"""
-CREATE INDEX IF NOT EXISTS job_search_strings ON jobs_job
-    USING gin (jobsite_search_strings(args, kwargs, dedup_key) gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS job_search_numbers ON jobs_job
-    USING gin (jobsite_search_numbers(args, kwargs) gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS job_search_arguments ON jobs_job
+    USING gin ((lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, '')))
+               gin_trgm_ops);
 CREATE INDEX IF NOT EXISTS job_search_errors ON jobs_job
     USING gin ((lower(error_type || E'\n' || error_message)) gin_trgm_ops)
     WHERE error_type <> '';
 """
 PG_DROP = """
-DROP INDEX IF EXISTS job_search_strings;
-DROP INDEX IF EXISTS job_search_numbers;
+DROP INDEX IF EXISTS job_search_arguments;
 DROP INDEX IF EXISTS job_search_errors;
 DROP FUNCTION IF EXISTS jobsite_search_strings(jsonb, jsonb, text);
 DROP FUNCTION IF EXISTS jobsite_search_numbers(jsonb, jsonb);
