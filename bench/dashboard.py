@@ -198,8 +198,8 @@ def pages():
     dead = Job.objects.filter(state="dead_letter").order_by("-enqueued_at").first()
     running = Job.objects.filter(state="running").order_by("-enqueued_at").first()
     deep = Job.objects.order_by("-enqueued_at", "-id")[500_000]
-    # A job's first argument is its serial number: searching one finds that job alone.
-    number = dead.args[0]
+    # A job's first argument is its serial number: searching a six-digit one finds that job.
+    number = deep.args[0]
     from dashboard.pagination import Cursor
 
     cursor = Cursor(at=deep.enqueued_at, id=deep.id).encode()

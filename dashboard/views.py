@@ -109,9 +109,10 @@ def _job_page(request, job, *, edit_form=None, status=200):
 
 
 def _edit_form_for(job):
-    return EditRerunForm(
-        initial={"args": json.dumps(job.args, indent=2), "kwargs": json.dumps(job.kwargs, indent=2)}
-    )
+    def text(value):
+        return json.dumps(value, indent=2, ensure_ascii=False)
+
+    return EditRerunForm(initial={"args": text(job.args), "kwargs": text(job.kwargs)})
 
 
 @require_GET
