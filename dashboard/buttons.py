@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from jobs.actions import CANCELLABLE, RETRYABLE, due_later
+from jobs.actions import CANCELLABLE, DISCARDABLE, RETRYABLE, due_later
 from jobs.states import TERMINAL, JobState
 
 from .permissions import can_operate
@@ -30,8 +30,13 @@ CANCEL = Button(
     url_name="dashboard:cancel",
     confirm="Cancel this job? It will not run again unless someone retries it.",
 )
+DISCARD = Button(
+    action="discard",
+    label="Discard",
+    url_name="dashboard:discard",
+    confirm="Discard this job and its attempts? This cannot be undone.",
+)
 RUN_NOW = Button(action="run-now", label="Run now", url_name="dashboard:run_now")
-BY_ACTION = {button.action: button for button in (RETRY, RERUN, CANCEL, RUN_NOW)}
 
 
 def job_buttons(job, user) -> list[Button]:
@@ -50,4 +55,6 @@ def job_buttons(job, user) -> list[Button]:
         job.state == JobState.RUNNING and job.cancel_requested_at is None
     ):
         buttons.append(CANCEL)
+    if job.state in DISCARDABLE:
+        buttons.append(DISCARD)
     return buttons

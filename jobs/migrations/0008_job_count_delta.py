@@ -89,7 +89,7 @@ def uninstall(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0004_finished_index_terminal_only'),
+        ('jobs', '0007_search_queue_pause_discard'),
     ]
 
     operations = [
