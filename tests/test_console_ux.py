@@ -341,3 +341,17 @@ def test_a_form_posted_without_its_csrf_token_is_refused_inside_the_layout(djang
     assert b'class="topbar"' in response.content and b"reload the page" in response.content
     job.refresh_from_db()
     assert job.state == JobState.DEAD_LETTER
+
+
+@pytest.mark.django_db
+def test_discard_without_script_asks_first_then_discards_on_yes(operator_client):
+    job = make_job(JobState.DEAD_LETTER)
+    html = operator_client.get(f"/jobs/{job.id}/").content.decode()
+    discard = next(f for f in forms_in(html) if 'data-action="discard"' in f)
+    assert 'name="confirm" value="ask"' in discard and "data-confirm=" in discard
+    url = reverse("dashboard:discard", args=[job.id])
+    asked = operator_client.post(url, {"confirm": "ask"})
+    assert asked.status_code == 200 and b"Discard this job and its attempts?" in asked.content
+    assert Job.objects.filter(id=job.id).exists()
+    assert operator_client.post(url, {"confirm": "yes"}).status_code == 302
+    assert not Job.objects.filter(id=job.id).exists()
