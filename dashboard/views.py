@@ -1,29 +1,41 @@
 """The console's pages and actions. A request with HX-Request gets the page's fragment."""
 
+import json
 from collections import Counter
 from functools import partial
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import actions
+from jobs import actions, bulk, queues
 from jobs.models import Job
 from jobs.states import JobState
 
-from . import queries
+from . import buttons as action_buttons
+from . import queries, task_stats
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
-from .forms import BULK_CAP, BulkRetryForm, DeadLetterFilterForm, JobFilterForm
+from .errors import error_page
+from .forms import (
+    BULK_CAP,
+    BulkActionForm,
+    BulkRetryForm,
+    DeadLetterFilterForm,
+    EditRerunForm,
+    JobFilterForm,
+)
 from .permissions import can_view
 
 SOURCE = "dashboard"
@@ -62,9 +74,12 @@ def job_list(request):
         page = queries.jobs_page(
             form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
         )
+    now = timezone.now()
     context = {
         "form": form,
         "page": page,
+        # The "runs at" column only where a row waits for a later moment.
+        "shows_runs_at": bool(page) and any(actions.due_later(j, now) for j in page.rows),
         # Only the whole page shows the suggestions, so only it runs these queries.
         "queue_names": partial(queries.distinct_names, "queue_name"),
         "task_names": partial(queries.distinct_names, "task_path"),
@@ -79,18 +94,33 @@ def job_list(request):
 @staff_required
 @vary_on_headers("HX-Request")
 def job_detail(request, job_id):
-    job = get_object_or_404(Job, id=job_id)
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
+    return _job_page(request, job)
+
+
+def _job_page(request, job, *, edit_form=None, status=200):
     context = {
         "job": job,
+        "due_later": actions.due_later(job),
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
         "buttons": job_buttons(job, request.user),
+        "edit_form": edit_form or _edit_form_for(job),
     }
     template = "dashboard/job_detail.html"
     if request.htmx:
         template += "#job"
-    return render(request, template, context)
+    return render(request, template, context, status=status)
+
+
+def _edit_form_for(job):
+    def text(value):
+        return json.dumps(value, indent=2, ensure_ascii=False)
+
+    return EditRerunForm(initial={"args": text(job.args), "kwargs": text(job.kwargs)})
 
 
 @require_GET
@@ -117,6 +147,17 @@ def dead_letter_list(request):
 @require_GET
 @staff_required
 @vary_on_headers("HX-Request")
+def queue_list(request):
+    context = {"queues": queries.queue_statuses(timezone.now())}
+    template = "dashboard/queues.html"
+    if request.htmx:
+        template += "#queues"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
 def worker_list(request):
     context = {
         "workers": queries.worker_rows(timezone.now()),
@@ -125,6 +166,32 @@ def worker_list(request):
     template = "dashboard/workers.html"
     if request.htmx:
         template += "#workers"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_list(request):
+    context = {"tasks": task_stats.task_list()}
+    template = "dashboard/tasks.html"
+    if request.htmx:
+        template += "#tasks"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_detail(request, task_path):
+    # No stored task path holds a NUL (PostgreSQL refuses one in a query).
+    detail = None if "\x00" in task_path else task_stats.task_detail(task_path)
+    if detail is None:
+        return error_page(request, 404, f"No job of the task {task_path!r} is stored.")
+    context = {"task_path": task_path, "detail": detail}
+    template = "dashboard/task_detail.html"
+    if request.htmx:
+        template += "#task"
     return render(request, template, context)
 
 
@@ -151,21 +218,143 @@ def retry(request, job_id):
 @require_POST
 @operator_required
 def cancel(request, job_id):
+    if asking := _ask_first(request, action_buttons.CANCEL, job_id):
+        return asking
     result = actions.cancel_job(job_id, user=request.user, source=SOURCE)
     return _report(request, result, job_id)
 
 
 @require_POST
 @operator_required
+def run_now(request, job_id):
+    result = actions.run_now_job(job_id, user=request.user, source=SOURCE)
+    return _report(request, result, job_id)
+
+
+@require_POST
+@operator_required
 def rerun(request, job_id):
+    if asking := _ask_first(request, action_buttons.RERUN, job_id):
+        return asking
     # The form carries a one-time token: the same press sent twice reruns once, across processes.
     token = request.POST.get("token", "")[:64]
     key = f"dashboard:{request.user.pk}:{token}" if token else ""
-    result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
+    arguments = {}
+    if request.POST.get("edit"):
+        # Edit and rerun: the new arguments, shown back with their errors when they are refused.
+        job = Job.objects.filter(id=job_id).first()
+        if job is None:
+            return error_page(request, 404, f"No job has the id {job_id}.")
+        form = EditRerunForm(request.POST)
+        if form.is_valid():
+            arguments = {"args": form.cleaned_data["args"], "kwargs": form.cleaned_data["kwargs"]}
+            try:
+                result = actions.rerun_job(
+                    job_id, user=request.user, source=SOURCE, request_key=key, **arguments
+                )
+            except (TypeError, ValueError, RecursionError) as exc:
+                form.add_error(None, str(exc) or "These arguments cannot be stored.")
+        if form.errors:
+            # The page again with the errors by their fields, as a form page answers (200).
+            return _job_page(request, job, edit_form=form)
+    else:
+        result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
     if not result.changed and result.new_job is not None:
         messages.warning(request, _already_rerun(result.new_job.id))
         return _back(request, job_id)
     return _report(request, result, job_id)
+
+
+@require_POST
+@operator_required
+def discard(request, job_id):
+    if asking := _ask_first(request, action_buttons.DISCARD, job_id):
+        return asking
+    result = actions.discard_job(job_id, user=request.user, source=SOURCE)
+    if result.job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
+    if not result.changed:
+        return _report(request, result, job_id)
+    messages.success(request, f"job {str(job_id)[:8]} discarded with its attempts")
+    target = _next(request)
+    if target is None or str(job_id) in target:
+        # The job's own page is gone with it.
+        target = reverse("dashboard:jobs")
+    if request.htmx:
+        return HttpResponseClientRedirect(target)
+    return redirect(target)
+
+
+@require_POST
+@operator_required
+def queue_pause(request, name):
+    return _queue_action(request, name, queues.pause, "paused", "was already paused")
+
+
+@require_POST
+@operator_required
+def queue_resume(request, name):
+    return _queue_action(request, name, queues.resume, "resumed", "was not paused")
+
+
+def _queue_action(request, name, act, done, unchanged):
+    try:
+        changed = act(name, user=request.user, source=SOURCE)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    else:
+        (messages.success if changed else messages.info)(
+            request, f"queue {name} {done if changed else unchanged}"
+        )
+    return redirect("dashboard:queues")
+
+
+@require_POST
+@operator_required
+def bulk_action(request):
+    """Step one shows how many jobs the filter matches; step two (confirm) acts, in batches."""
+    form = BulkActionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "dashboard/bulk_action.html", {"form": form}, status=400)
+    action, filters = form.cleaned_data["action"], form.filters
+    jobs = queries.filtered_jobs(**filters)
+    back = _list_url(filters)
+    if not form.cleaned_data["confirm"]:
+        context = {
+            "form": form,
+            "action": action,
+            "filters": filters,
+            "matched": bulk.apply(action, jobs, dry_run=True).matched,
+            "back": back,
+        }
+        return render(request, "dashboard/bulk_action.html", context)
+    return StreamingHttpResponse(
+        _bulk_progress(request, action, jobs, filters, back), content_type="text/html"
+    )
+
+
+def _bulk_progress(request, action, jobs, filters, back):
+    """The result page, streamed: one line per batch as it is applied, then the totals."""
+    context = {"action": action, "filters": filters, "back": back, "request": request}
+    page = render_to_string("dashboard/bulk_progress.html", context, request=request)
+    head, rest = page.split("<!-- progress -->")
+    between, tail = rest.split("<!-- done -->")
+    yield head
+    result = bulk.BulkResult(matched=0, applied=0)
+    batches = bulk.run(
+        action,
+        jobs,
+        user=request.user,
+        source=SOURCE,
+        description=queries.describe_filter(filters),
+    )
+    for result in batches:
+        yield format_html(
+            "<li>{} jobs done, {} changed</li>\n", f"{result.matched:,}", f"{result.applied:,}"
+        )
+    yield between
+    yield render_to_string("dashboard/bulk_done.html", {**context, "result": result})
+    yield tail
 
 
 @require_POST
@@ -201,9 +390,25 @@ def bulk_retry(request):
 # Helpers of the actions.
 
 
+def _ask_first(request, button, job_id):
+    """The page asking to confirm, when the form came with confirm=ask (no script ran).
+
+    dashboard.js asks in a dialog and posts confirm=yes; a POST without the field (scripts,
+    tests) acts at once, as the contract says.
+    """
+    if request.POST.get("confirm") != "ask":
+        return None
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
+    carried = [(name, request.POST[name]) for name in ("next", "token") if request.POST.get(name)]
+    context = {"button": button, "job": job, "carried": carried, "back": _back_url(request, job_id)}
+    return render(request, "dashboard/confirm.html", context)
+
+
 def _report(request, result, job_id):
     if result.job is None:
-        raise Http404("no such job")
+        return error_page(request, 404, f"No job has the id {job_id}.")
     if result.new_job is not None:
         url = reverse("dashboard:job", args=[result.new_job.id])
         text = format_html('{}: <a href="{}">open the new run</a>', result.message, url)
@@ -217,12 +422,29 @@ def _report(request, result, job_id):
 
 
 def _back(request, job_id):
+    return redirect(_back_url(request, job_id))
+
+
+def _back_url(request, job_id):
+    return _next(request) or reverse("dashboard:job", args=[job_id])
+
+
+def _next(request):
+    """The page a form came from (its `next` field), when it is one of ours."""
     target = request.POST.get("next", "")
     if "\x00" in target or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
-        target = reverse("dashboard:job", args=[job_id])
-    return redirect(target)
+        return None
+    return target
+
+
+def _list_url(filters: dict) -> str:
+    """The list a bulk action's filter came from: dead letters, or the job list."""
+    if filters.get("state") == JobState.DEAD_LETTER:
+        rest = {k: v for k, v in filters.items() if k != "state"}
+        return reverse("dashboard:dead_letters") + _query(rest)
+    return reverse("dashboard:jobs") + _query(filters)
 
 
 def _already_rerun(new_id):

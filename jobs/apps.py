@@ -7,5 +7,6 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # Registers the SQLite clock functions on every connection, from the first one on.
-        from . import checks, store  # noqa: F401
+        # Registers the SQLite clock and search functions on every connection, from the first on;
+        # checks registers the system checks of the SCHEDULES option.
+        from . import checks, search, store  # noqa: F401

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0004_finished_index_terminal_only'),
+        ('jobs', '0008_job_count_delta'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
