@@ -122,7 +122,8 @@ def test_read_only_staff_see_no_buttons_and_are_refused_the_actions(client, view
     client.force_login(viewer)
     html = client.get("/schedules/").content.decode()
     assert "Every 30 seconds" in html
-    assert buttons_in(html) == ["Log out"]
+    assert not {"Pause", "Resume", "Run now"} & set(buttons_in(html))
+    assert "/schedules/ping/" not in html
     for action in ("pause", "resume", "trigger"):
         assert client.post(f"/schedules/ping/{action}/").status_code == 403
     assert not Job.objects.exists()
