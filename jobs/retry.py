@@ -6,7 +6,7 @@ failed attempt `attempt` (1, 2, ...); pass a seeded `random.Random` for repeatab
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -155,6 +155,25 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
             f"BACKOFF strategy {strategy!r} is unknown; use one of {sorted(_STRATEGIES)}"
         ) from None
     return cls(**options)
+
+
+def policy_to_json(policy) -> dict:
+    """A policy as a JSON object that `policy_from_json` turns back into an equal policy.
+
+    TypeError for anything else (a custom callable cannot be stored).
+    """
+    name = next((n for n, cls in _STRATEGIES.items() if type(policy) is cls), None)
+    if name is None:
+        raise TypeError(f"{policy!r} is not a jobs.retry policy")
+    values = {f.name: getattr(policy, f.name) for f in fields(policy)}
+    if "delay_seconds" in values:
+        values["delay"] = values.pop("delay_seconds")  # Fixed(delay=...)
+    return {"strategy": name, **values}
+
+
+def policy_from_json(value: Mapping) -> Policy:
+    """The policy `policy_to_json` stored (the same shape as OPTIONS["BACKOFF"])."""
+    return policy_from_setting(value) if value else policy_from_setting({"strategy": "none"})
 
 
 def is_backoff(value) -> bool:
