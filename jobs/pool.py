@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections import deque
+from multiprocessing import resource_tracker
 
 logger = logging.getLogger("jobs.worker")
 
@@ -64,17 +65,24 @@ class Executor:
         self.index = index
         self.conn, child_conn = ctx.Pipe()
         # [seq of the job running now (IDLE when none), monotonic time it started,
-        #  monotonic time until which the worker's last lease renewal holds]
-        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0])
+        #  monotonic time until which the worker's last lease renewal holds,
+        #  highest seq the child has taken (started), highest seq it must no longer start]
+        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
+        # Held by the child while it takes the next job, and by the worker while it takes
+        # back the jobs waiting here: a job is either started by the child or taken back.
+        self.taking = ctx.Lock()
         self.process = ctx.Process(
             target=child_main,
-            args=(child_conn, self.status, stop_flag, worker_id, settings_module),
+            args=(child_conn, self.status, self.taking, stop_flag, worker_id, settings_module),
             name=f"jobsite-executor-{index}",
             daemon=True,
         )
         # The child is born with SIGINT and SIGTERM blocked and ignores them before it
         # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
         # while it boots stays with the worker, which stops its executors in order.
+        # multiprocessing unblocks both signals after starting its resource tracker, so that
+        # one is started first.
+        resource_tracker.ensure_running()
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             if stop_flag.is_set():  # checked with the signals held off: no race
@@ -127,6 +135,17 @@ class Executor:
             self.broken = True
             return False
         return True
+
+    def take_back_waiting(self) -> list:
+        """Take back the jobs sent here that the child has not started, in order; the child
+        will answer "released" for them and start none of them."""
+        if not self.inflight:
+            return []
+        with self.taking:
+            taken = self.status[3]
+            self.status[4] = float(max(self.inflight))
+        back = [seq for seq in self.inflight if seq > taken]
+        return [self.take(seq) for seq in sorted(back)]
 
     def take(self, seq: int):
         """The job `seq` is settled: no longer in flight here."""
@@ -215,7 +234,7 @@ def _lease_holds(claimed, status) -> bool:
     return time.monotonic() < max(claimed.lease_until, status[2])
 
 
-def child_main(conn, status, stop_flag, worker_id, settings_module):
+def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     """Entry point of an executor process."""
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
     # process group must not kill a job half-way. The signals were blocked since birth.
@@ -256,12 +275,19 @@ def child_main(conn, status, stop_flag, worker_id, settings_module):
             if message is None:
                 return
             seq, claimed = message
-            # A job whose lease may be gone belongs to whoever recovers it: never start it.
-            if stop_flag.is_set() or not _lease_holds(claimed, status):
+            with taking:
+                # A job whose lease may be gone belongs to whoever recovers it, and one the
+                # worker took back runs elsewhere: never start those.
+                start = not (
+                    stop_flag.is_set() or seq <= status[4] or not _lease_holds(claimed, status)
+                )
+                if start:
+                    status[1] = time.monotonic()
+                    status[0] = float(seq)  # from here on, the job counts as started
+                    status[3] = float(seq)
+            if not start:
                 conn.send_bytes(_dumps((seq, Ran(claimed.id, "released"))))
                 continue
-            status[1] = time.monotonic()
-            status[0] = float(seq)  # from here on, the job counts as started
             current[0] = claimed
             ran = run_attempt(claimed, worker_id=worker_id)
             current[0] = None
@@ -298,7 +324,7 @@ class Dispatcher:
         # task path -> [average attempt seconds (EWMA), attempts seen]
         self.durations: dict[str, list] = {}
         # Average of recent attempts of any task: how much to claim ahead.
-        self.recent = 1.0
+        self.recent = 0.02
 
     def observe(self, task_path: str, duration: float):
         duration = max(duration, 0.0)

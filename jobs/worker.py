@@ -33,7 +33,7 @@ from . import outcome as oc
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
 from .models import Job, WorkerNode
-from .pool import Dispatcher, Executor, StopFlag, StoppedBeforeStart
+from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
 from .states import AttemptOutcome, JobState
 
 logger = logging.getLogger("jobs.worker")
@@ -247,6 +247,8 @@ class Worker:
         for held in self.held.values():
             if held.claimed.timeout and held.claimed.began is not None:
                 timeout = min(timeout, max(0.0, held.claimed.began + held.claimed.timeout - now))
+        if any(len(e.inflight) > 1 for e in self.executors):
+            timeout = min(timeout, PREFETCH_BUDGET)
         if self.restarts and not self.stopping:
             timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
         if self.stopping:
@@ -501,6 +503,10 @@ class Worker:
             if running is None:
                 continue
             seq, started = running
+            if len(executor.inflight) > 1 and now - started > PREFETCH_BUDGET:
+                # A job thought short runs long: the jobs waiting behind it go elsewhere.
+                back = executor.take_back_waiting()
+                self.dispatcher.ready.extendleft(reversed(back))
             claimed = executor.inflight[seq]
             claimed.began = started
             held = self.held.get(claimed.id)
