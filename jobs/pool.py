@@ -96,8 +96,10 @@ class Executor:
         self.started_at = time.monotonic()
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
-        # seq -> estimated seconds of a known-short job waiting here; None for any other job.
+        # seq -> estimated seconds of a known-short job here; None for any other job.
         self.estimates: dict[int, float | None] = {}
+        self._queued = 0.0  # sum of the known estimates
+        self._unknown = 0  # jobs here not known to be short
         # The pipe failed: the child is gone or going. The worker replaces it.
         self.broken = False
         # Outcomes received: an executor that dies before its first one counts towards a
@@ -120,15 +122,31 @@ class Executor:
         return not self.inflight
 
     def only_short(self) -> bool:
-        return all(e is not None for e in self.estimates.values())
+        return not self._unknown
 
     def queued_seconds(self) -> float:
-        return sum(e for e in self.estimates.values() if e is not None)
+        return self._queued
+
+    def _forget(self, seq):
+        if seq in self.estimates:
+            old = self.estimates.pop(seq)
+            if old is None:
+                self._unknown -= 1
+            else:
+                self._queued -= old
+
+    def _remember(self, seq, estimate):
+        self._forget(seq)
+        self.estimates[seq] = estimate
+        if estimate is None:
+            self._unknown += 1
+        else:
+            self._queued += estimate
 
     def send(self, seq: int, claimed, estimate: float | None) -> bool:
         """Hand over one job; False when the child is gone (the job never reached it)."""
         self.inflight[seq] = claimed
-        self.estimates[seq] = estimate
+        self._remember(seq, estimate)
         try:
             self.conn.send_bytes(_dumps((seq, claimed)))
         except (BrokenPipeError, EOFError, OSError):
@@ -145,12 +163,20 @@ class Executor:
             taken = self.status[3]
             self.status[4] = float(max(self.inflight))
         back = [seq for seq in self.inflight if seq > taken]
+        running = self.running()
+        if running is not None:
+            self._remember(running[0], None)  # not short after all: nothing queues behind it
         return [self.take(seq) for seq in sorted(back)]
 
     def take(self, seq: int):
         """The job `seq` is settled: no longer in flight here."""
-        self.estimates.pop(seq, None)
+        self._forget(seq)
         return self.inflight.pop(seq, None)
+
+    def clear(self):
+        self.inflight.clear()
+        self.estimates.clear()
+        self._queued, self._unknown = 0.0, 0
 
     def receive(self) -> list:
         """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
@@ -383,7 +409,8 @@ class Dispatcher:
 
         Jobs go out in claim (priority) order. One that fits nowhere — no executor is idle,
         and it is not a known-short job that may queue behind others — is handed back rather
-        than left waiting in `running`; known-short ones wait here for the next round.
+        than left waiting in `running`; known-short ones wait here for the next round while
+        some executor runs only known-short jobs.
         """
         while self.ready:
             claimed = self.ready[0]
@@ -396,9 +423,10 @@ class Dispatcher:
             target.send(self.seq, claimed, estimate)
         if not self.ready:
             return []
+        may_queue = any(e.only_short() for e in self.executors if not e.broken)
         keep, give_back = deque(), []
         for claimed in self.ready:
-            if self.short_estimate(claimed.task_path) is None:
+            if not may_queue or self.short_estimate(claimed.task_path) is None:
                 give_back.append(claimed)
             else:
                 keep.append(claimed)

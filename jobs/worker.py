@@ -272,7 +272,7 @@ class Worker:
         # Outcomes that arrived meanwhile from the others go into the same write.
         for executor in list(self.executors):
             if executor in self.executors:
-                self._from_executor(executor.conn)
+                self._drain(executor)
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -374,9 +374,14 @@ class Worker:
         executor = next((e for e in self.executors if ready is e.conn or ready == e.sentinel), None)
         if executor is None:
             return
+        self._drain(executor)
+        if executor in self.executors and ready == executor.sentinel and not executor.alive():
+            self._on_executor_died(executor)
+
+    def _drain(self, executor):
         for seq, ran in executor.receive():
             self._on_result(executor, seq, ran)
-        if executor.broken or not executor.alive():
+        if executor.broken:
             self._on_executor_died(executor)
 
     def _collect(self, executor, results):
@@ -406,7 +411,7 @@ class Worker:
         for claimed in self.dispatcher.dispatch():
             self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
         for executor in [e for e in self.executors if e.broken]:
-            self._from_executor(executor.conn)
+            self._drain(executor)
 
     def _start_executor(self, index):
         """Start executor `index`, unless the worker is stopping (then it stays down)."""
@@ -471,8 +476,7 @@ class Worker:
                 )
             else:
                 requeue.append(claimed)
-        executor.inflight.clear()
-        executor.estimates.clear()
+        executor.clear()
         self.executors.remove(executor)
         if self.stopping:
             for claimed in requeue:
@@ -715,7 +719,7 @@ class Worker:
                     self.finishes.append(oc.decide(claimed, ran, worker_id=self.worker_id))
                 else:
                     self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
-            executor.inflight.clear()
+            executor.clear()
         attempts = 1 if self.hard_stop else 5
         for _ in range(attempts):
             self._flush_finishes()
