@@ -313,8 +313,12 @@ class Worker:
 
     def _claim_limit(self):
         room = self.dispatcher.room()
-        # Claim in batches: wait until half the prefetch room is free, unless idle.
-        if room <= 0 or (self.held and room < self.dispatcher.total_capacity() // 2):
+        # Claim in batches: wait until half the room is free, unless an executor is idle.
+        if room <= 0 or (
+            self.held
+            and room < self.dispatcher.total_capacity() // 2
+            and not any(e.idle for e in self.executors)
+        ):
             return 0
         limit = min(room, self.config.batch_size)
         if self.config.max_jobs is not None:
