@@ -24,6 +24,8 @@ JOB = "jobs_job"
 ATTEMPT = "jobs_attempt"
 COUNTER = "jobs_counterdelta"
 NOTIFY_CHANNEL = "jobsite_jobs"
+# Queues nobody claims from (jobs.queues); a handful of rows at most.
+PAUSED = "jobs_pausedqueue"
 
 
 # Django stores SQLite datetimes as str() of the naive UTC value (no fraction when the
@@ -428,6 +430,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
             WHERE state IN ({CLAIMABLE_SQL}) AND run_after <= {d.now}
               AND attempt < max_attempts
               AND (not_after IS NULL OR not_after > {d.now}) {queue_filter}
+              AND queue_name NOT IN (SELECT name FROM {PAUSED})
             ORDER BY priority DESC, run_after
             LIMIT %s {lock}
         )
@@ -815,7 +818,10 @@ def release_continuations(parent_ids, *, cursor=None):
 
 
 def cancel_continuations(parent_ids, *, cursor=None):
-    """Continuations of parents that ended unsuccessfully are cancelled, recursively."""
+    """Continuations of parents that ended unsuccessfully are cancelled, recursively.
+
+    Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended the parent.
+    """
     d = dialect()
     total = 0
     frontier = list(parent_ids)
@@ -829,6 +835,7 @@ def cancel_continuations(parent_ids, *, cursor=None):
         )
         total += len(cancelled)
         frontier = cancelled
+    add_counters({"jobs_cancelled": total}, cursor=cursor)
     return total
 
 

@@ -51,6 +51,10 @@ ENDPOINTS = {
     "retry": ("post", "/api/v1/jobs/{id}/retry", JobState.DEAD_LETTER, 200),
     "rerun": ("post", "/api/v1/jobs/{id}/rerun", JobState.SUCCEEDED, 201),
     "cancel": ("post", "/api/v1/jobs/{id}/cancel", JobState.PENDING, 200),
+    "discard": ("post", "/api/v1/jobs/{id}/discard", JobState.SUCCEEDED, 200),
+    "queues": ("get", "/api/v1/queues", JobState.PENDING, 200),
+    "pause": ("post", "/api/v1/queues/emails/pause", JobState.PENDING, 200),
+    "resume": ("post", "/api/v1/queues/emails/resume", JobState.PENDING, 200),
 }
 READS = [name for name, (method, *_) in ENDPOINTS.items() if method == "get"]
 ACTIONS = [name for name, (method, *_) in ENDPOINTS.items() if method == "post"]
@@ -322,6 +326,21 @@ def test_retry_of_a_succeeded_job_is_a_409_saying_why_with_the_job(client, opera
     assert response.status_code == 409
     assert response.json()["error"] == "job already succeeded"
     assert response.json()["job"]["state"] == "succeeded"
+
+
+def test_retry_of_a_dead_letter_whose_dedup_key_was_taken_is_a_409_naming_the_holder(
+    client, operator_headers
+):
+    dead = make_job(JobState.DEAD_LETTER, dedup_key="report-7")
+    holder = make_job(JobState.PENDING, dedup_key="report-7")
+
+    response = client.post(f"/api/v1/jobs/{dead.id}/retry", headers=operator_headers)
+
+    assert response.status_code == 409
+    assert response["Content-Type"] == "application/json"
+    assert str(holder.id) in response.json()["error"]
+    assert response.json()["held_by"] == str(holder.id)
+    assert response.json()["job"]["state"] == "dead_letter"
 
 
 def test_rerun_creates_a_new_job_pointing_at_the_original(client, operator_headers):

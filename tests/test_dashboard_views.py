@@ -16,9 +16,9 @@ from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.states import TERMINAL, JobState
 
 PASSWORD = "correct horse battery staple"
-PAGES = ["/", "/jobs/", "/dead-letters/", "/workers/"]
+PAGES = ["/", "/jobs/", "/dead-letters/", "/queues/", "/workers/"]
 ACTIONS = ["retry", "rerun", "cancel"]
-ACTION_LABELS = ("Retry", "Rerun", "Cancel")
+ACTION_LABELS = ("Retry", "Rerun", "Cancel", "Discard")
 XSS_CORPUS = [
     "<script>alert(1)</script>",
     '"><img src=x onerror=alert(1)>',
@@ -234,6 +234,23 @@ def test_double_retry_has_one_effect_and_says_the_job_is_already_pending(
 
 
 @pytest.mark.django_db
+def test_retry_of_a_dead_letter_whose_dedup_key_was_taken_says_which_job_holds_it(
+    operator_client,
+):
+    dead = make_job(JobState.DEAD_LETTER, dedup_key="report-7")
+    holder = make_job(JobState.PENDING, dedup_key="report-7")
+
+    response = operator_client.post(action_url("retry", dead), follow=True)
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f"is held by job {holder.id}" in html
+    assert reverse("dashboard:job", args=[holder.id]) in html
+    dead.refresh_from_db()
+    assert dead.state == JobState.DEAD_LETTER
+
+
+@pytest.mark.django_db
 def test_htmx_retry_swaps_the_dead_letter_fragment_with_the_message(operator_client, dead_letter):
     other = make_job(JobState.DEAD_LETTER, task_path="tests.tasks.always_fails")
     response = operator_client.post(
@@ -348,16 +365,18 @@ def test_every_action_is_audited_and_shown_on_the_job_page(operator_client, dead
         (JobState.SCHEDULED, ["Cancel"]),
         (JobState.RUNNING, ["Cancel"]),
         (JobState.RETRYING, ["Cancel"]),
-        (JobState.SUCCEEDED, ["Rerun"]),
-        (JobState.CANCELLED, ["Retry", "Rerun"]),
-        (JobState.DEAD_LETTER, ["Retry", "Rerun"]),
+        (JobState.SUCCEEDED, ["Rerun", "Discard"]),
+        (JobState.CANCELLED, ["Retry", "Rerun", "Discard"]),
+        (JobState.DEAD_LETTER, ["Retry", "Rerun", "Discard"]),
     ],
 )
 def test_job_page_shows_only_the_buttons_its_state_allows(operator_client, state, expected):
     job = make_job(state)
     html = operator_client.get(reverse("dashboard:job", args=[job.id])).content.decode()
     assert [b for b in buttons_in(html) if b in ACTION_LABELS] == expected
-    assert html.count('method="post"') == len(expected) + 1  # + the logout form
+    edit_form = 1 if state in TERMINAL else 0
+    # + the logout form
+    assert html.count('method="post"') == len(expected) + edit_form + 1
 
 
 @pytest.mark.django_db
