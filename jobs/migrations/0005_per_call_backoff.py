@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0004_finished_index_terminal_only'),
+        ('jobs', '0007_search_queue_pause_discard'),
     ]
 
     operations = [
