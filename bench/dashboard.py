@@ -42,7 +42,7 @@ ERRORS = [
 ]
 TRACEBACK = (
     "Traceback (most recent call last):\n"
-    '  File "/srv/app/jobs/executor.py", line 212, in run_attempt\n'
+    '  File "/srv/app/jobs/runner.py", line 212, in run_attempt\n'
     "    result = task.call(*args, **kwargs)\n"
     '  File "/srv/app/app/tasks.py", line 88, in {task}\n'
     "    response = client.send(payload, timeout=30)\n"

@@ -1,14 +1,11 @@
 """The django.tasks backend that stores jobs in the database for `manage.py worker`."""
 
-import logging
 import uuid
-from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -18,6 +15,7 @@ from django.utils import timezone
 from . import payload, retry, store
 from .errors import DuplicateJob
 from .states import JobState
+from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 
 STATUS_OF_STATE = {
     JobState.PENDING: TaskResultStatus.READY,
@@ -28,82 +26,6 @@ STATUS_OF_STATE = {
     JobState.CANCELLED: TaskResultStatus.FAILED,
     JobState.DEAD_LETTER: TaskResultStatus.FAILED,
 }
-
-_UNSET = object()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobTask(Task):
-    """A Task with the job system's options; any of them may be overridden per call."""
-
-    # Attempts allowed before dead-lettering; None defers to OPTIONS["MAX_ATTEMPTS"].
-    max_attempts: int | None = None
-    # A jobs.retry policy or a callable (exception, task_result) -> seconds | None.
-    backoff: Any = None
-    # Seconds an attempt may run before it is stopped and counted as failed (JobTimeout).
-    timeout: float | None = None
-    # The job is cancelled if it has not started by then.
-    not_after: datetime | None = None
-    # At most one non-terminal job holds a given key.
-    dedup_key: str | None = None
-    # A job id (or TaskResult) this continuation waits for.
-    after: Any = None
-
-    def using(
-        self,
-        *,
-        priority=None,
-        queue_name=None,
-        run_after=None,
-        backend=None,
-        max_attempts=_UNSET,
-        backoff=_UNSET,
-        timeout=_UNSET,
-        not_after=_UNSET,
-        dedup_key=_UNSET,
-        after=_UNSET,
-    ):
-        task = Task.using(
-            self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
-        )
-        changes = {
-            name: value
-            for name, value in [
-                ("max_attempts", max_attempts),
-                ("backoff", backoff),
-                ("timeout", timeout),
-                ("not_after", not_after),
-                ("dedup_key", dedup_key),
-                ("after", after),
-            ]
-            if value is not _UNSET
-        }
-        return replace(task, **changes) if changes else task
-
-    def enqueue_many(self, calls):
-        """Enqueue many calls at once: `calls` is an iterable of (args, kwargs).
-
-        All or nothing: one transaction (PostgreSQL: one COPY), one NOTIFY. Returns the new
-        job ids. Validation is the same as for enqueue; dedup keys and continuations are not
-        available in bulk.
-        """
-        return self.get_backend().enqueue_many(self, calls)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext(TaskContext):
-    """What a task with takes_context=True receives as `context`."""
-
-    attempt: int
-    max_attempts: int
-    job_id: str
-    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jobs.task"))
-
-    def cancel_requested(self) -> bool:
-        """True once an operator has asked to cancel this running job; return early then."""
-        from .models import Job
-
-        return Job.objects.filter(id=self.job_id, cancel_requested_at__isnull=False).exists()
 
 
 class JobsBackend(BaseTaskBackend):
@@ -160,6 +82,8 @@ class JobsBackend(BaseTaskBackend):
             or "\x00" in task.dedup_key
         ):
             raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
+        if task.on_crash not in ON_CRASH_CHOICES:
+            raise InvalidTask(f"on_crash must be one of {ON_CRASH_CHOICES}, not {task.on_crash!r}")
         if len(task.queue_name) > 100 or not task.queue_name:
             raise InvalidTask("queue_name must be 1 to 100 characters")
 
@@ -191,6 +115,7 @@ class JobsBackend(BaseTaskBackend):
             "run_after": task.run_after,
             "not_after": getattr(task, "not_after", None),
             "dedup_key": getattr(task, "dedup_key", None),
+            "backoff": getattr(task, "call_backoff", None),
         }
 
     def enqueue(self, task, args, kwargs):
@@ -330,18 +255,3 @@ class JobsBackend(BaseTaskBackend):
         )
         object.__setattr__(result, "_return_value", job.return_value)
         return result
-
-
-def load_task(task_path: str):
-    """Import the Task object at `task_path`; ImportError/TypeError when it is not a Task."""
-    from django.utils.module_loading import import_string
-
-    try:
-        obj = import_string(task_path)
-    except ImportError:
-        raise
-    except Exception as e:  # a module that fails to import is just as unusable
-        raise ImportError(f"importing {task_path!r} failed: {type(e).__name__}: {e}") from e
-    if not isinstance(obj, Task):
-        raise TypeError(f"{task_path!r} is not a task (decorate it with @task)")
-    return obj

@@ -2,7 +2,8 @@
 worker, without waiting out the backoff. For users' own test suites (OPTIONS["EAGER"])."""
 
 from . import store
-from .executor import announce, decide, run_attempt
+from .outcome import announce, decide
+from .runner import run_attempt
 
 EAGER_WORKER_ID = "eager"
 

@@ -32,3 +32,11 @@ class JobCancelled(Exception):
 
 class PoisonJob(Exception):
     """The job can never run: its task is unknown or its stored arguments do not fit."""
+
+
+class ExecutorCrashed(Exception):
+    """The process running the attempt died under it (segfault, os._exit, out-of-memory kill)."""
+
+
+class BackoffFailed(Exception):
+    """The task's custom backoff callable raised; no next attempt could be planned."""

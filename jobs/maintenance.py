@@ -1,5 +1,8 @@
-"""Maintenance of the job table: pruning old finished jobs."""
+"""Maintenance of the job table: recovering expired leases, expiring jobs past `not_after`,
+settling orphaned continuations (what every worker runs on its heartbeat), and pruning old
+finished jobs (`manage.py prune`)."""
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -7,8 +10,68 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Job
-from .states import TERMINAL, JobState
+from . import store
+from .errors import WorkerLost
+from .errortext import for_log
+from .models import Job, WorkerNode
+from .states import TERMINAL, AttemptOutcome, JobState
+
+logger = logging.getLogger("jobs.worker")
+
+# --- on every heartbeat ----------------------------------------------------------------------
+
+# Every this many heartbeats, the slower chores: compacting counters, forgetting lost nodes.
+SLOW_CHORES_EVERY = 30
+
+
+def run_due(worker_id: str, *, round: int) -> None:
+    """The maintenance a worker does on heartbeat number `round` (1, 2, ...)."""
+    recover_expired_leases(worker_id)
+    store.expire_not_after()
+    store.settle_orphaned_continuations()
+    if round % SLOW_CHORES_EVERY == 1:
+        store.compact_counters()
+        forget_lost_nodes()
+
+
+def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
+    """Rescue running jobs whose worker stopped renewing its lease, through the retry flow."""
+    from . import outcome as oc
+
+    with transaction.atomic():
+        expired = store.expired_leases(limit, lock=True)
+        if not expired:
+            return 0
+        claims = {e.id: e.as_claimed() for e in expired}
+        finishes = []
+        for e in expired:
+            ran = oc.failure_from_outside(
+                claims[e.id],
+                WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
+                kind=AttemptOutcome.LOST,
+                worker_id=e.worker_id,
+                started_at=e.started_at,
+            )
+            finish = oc.decide(claims[e.id], ran, worker_id=e.worker_id)
+            finish.only_if_expired = True
+            finishes.append(finish)
+        applied = store.finish(finishes)
+    for f in applied:
+        oc.announce(f, claims[f.job_id])
+        logger.warning(
+            "recovered job %s from worker %s (lease expired): %s",
+            f.job_id,
+            for_log(f.worker_id),
+            f"retrying in {f.delay:.1f}s" if f.state == "retrying" else f"{f.state} ({f.reason})",
+        )
+    return len(applied)
+
+
+def forget_lost_nodes(days: int = 1) -> int:
+    cutoff = timezone.now() - timedelta(days=days)
+    deleted, _ = WorkerNode.objects.filter(last_heartbeat_at__lt=cutoff).delete()
+    return deleted
+
 
 # --- pruning -------------------------------------------------------------------------------------
 

@@ -52,6 +52,9 @@ class Job(models.Model):
     run_after = models.DateTimeField(default=timezone.now)
     not_after = models.DateTimeField(null=True, blank=True)
     dedup_key = models.CharField(max_length=255, null=True, blank=True)
+    # A backoff policy given per call (.using(backoff=...)), as jobs.retry.policy_to_json
+    # writes it; it applies to every retry of this job. Null: the task's own policy.
+    backoff = models.JSONField(null=True, blank=True)
     # Indexed below only where set: almost every job has neither, and every state change
     # rewrites each index entry of the row.
     rerun_of = models.ForeignKey(

@@ -12,13 +12,18 @@ def check_json(value, where="arguments"):
     """Raise TypeError/ValueError unless `value` is plain JSON; return it normalised.
 
     Tuples become lists (as in Django's own task backends). Refused: objects, sets, bytes,
-    non-string keys, NaN/Infinity, and strings holding NUL or a lone surrogate (neither can
-    be stored as JSON text in PostgreSQL).
+    non-string keys, NaN/Infinity, strings holding NUL or a lone surrogate (neither can be
+    stored as JSON text in PostgreSQL), and nesting deeper than MAX_DEPTH.
     """
-    return _walk(value, where)
+    return _walk(value, where, 0)
 
 
-def _walk(value, path):
+# Deeper nesting is refused: the executor, the databases' JSON parsers and the console would
+# each need a deep recursion to read it back.
+MAX_DEPTH = 100
+
+
+def _walk(value, path, depth):
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -31,8 +36,11 @@ def _walk(value, path):
         if not value.isascii():
             _check_encodable(value, path)
         return value
+    if isinstance(value, list | tuple | Mapping) and depth >= MAX_DEPTH:
+        root = path.split("[", 1)[0]
+        raise ValueError(f"{root}: nested more than {MAX_DEPTH} levels deep; pass flatter data")
     if isinstance(value, list | tuple):
-        return [_walk(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_walk(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
         out = {}
         for key, v in value.items():
@@ -42,7 +50,7 @@ def _walk(value, path):
                 raise ValueError(f"{path}: keys may not contain NUL characters")
             if not key.isascii():
                 _check_encodable(key, path)
-            out[key] = _walk(v, f"{path}[{key!r}]")
+            out[key] = _walk(v, f"{path}[{key!r}]", depth + 1)
         return out
     raise TypeError(
         f"{path}: {type(value).__name__} is not JSON-serialisable; pass ids, strings, numbers, "

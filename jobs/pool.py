@@ -1,10 +1,12 @@
-"""Executor processes: each runs claimed jobs one after another, supervised by the worker.
+"""Executor processes and the dispatch of claimed jobs to them.
 
 Jobs run in child processes so that the worker can stop one that ignores its timeout (or an
 operator's cancel) by killing that child alone, and so that a crash in task code never takes
-the worker down. The worker sends chunks of claimed jobs; the child reports results in small
-batches. Through a shared array it always shows which job it is running and since when, so
-deadlines are enforced from outside without a message per job start.
+the worker down. The worker sends one job per message; the child sends each outcome back the
+moment the attempt ends, before it reads the next job, so an outcome is never held where a
+crash can lose it. Through a shared array the child shows which job it has started and since
+when: deadlines are enforced from outside, and after a crash the worker knows which job was
+running (a failed attempt) and which it never started (handed back untouched).
 """
 
 import logging
@@ -15,11 +17,20 @@ import signal
 import threading
 import time
 from collections import deque
+from multiprocessing import resource_tracker
 
 logger = logging.getLogger("jobs.worker")
 
 IDLE = -1.0
-FLUSH_INTERVAL = 0.002
+# How often the child checks that its worker is alive and its job's lease still holds.
+WATCH_INTERVAL = 0.05
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+# Dispatch: a job waits behind another in an executor only when both are known short.
+SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "short"
+PREFETCH_BUDGET = 0.02  # seconds of short work that may wait behind an executor's current job
+MAX_PREFETCH = 64  # jobs that may wait behind an executor's current job
+SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
 
 
 def mp_context():
@@ -42,26 +53,58 @@ class StopFlag:
         return bool(self._value.value)
 
 
+class StoppedBeforeStart(Exception):
+    """The worker was asked to stop before this executor could start; it was not started."""
+
+
 class Executor:
     """The worker's handle on one child process."""
 
-    def __init__(self, index: int, worker_id: str, stop_event):
+    def __init__(self, index: int, worker_id: str, stop_flag, settings_module: str | None):
         ctx = mp_context()
         self.index = index
         self.conn, child_conn = ctx.Pipe()
         # [seq of the job running now (IDLE when none), monotonic time it started,
-        #  monotonic time until which the worker's last lease renewal holds]
-        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0])
+        #  monotonic time until which the worker's last lease renewal holds,
+        #  highest seq the child has taken (started), highest seq it must no longer start]
+        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
+        # Held by the child while it takes the next job, and by the worker while it takes
+        # back the jobs waiting here: a job is either started by the child or taken back.
+        self.taking = ctx.Lock()
         self.process = ctx.Process(
             target=child_main,
-            args=(child_conn, self.status, stop_event, worker_id),
+            args=(child_conn, self.status, self.taking, stop_flag, worker_id, settings_module),
             name=f"jobsite-executor-{index}",
             daemon=True,
         )
-        self.process.start()
+        # The child is born with SIGINT and SIGTERM blocked and ignores them before it
+        # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
+        # while it boots stays with the worker, which stops its executors in order.
+        # multiprocessing unblocks both signals after starting its resource tracker, so that
+        # one is started first.
+        resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            if stop_flag.is_set():  # checked with the signals held off: no race
+                child_conn.close()
+                self.conn.close()
+                raise StoppedBeforeStart
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child_conn.close()
+        self.started_at = time.monotonic()
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
+        # seq -> estimated seconds of a known-short job here; None for any other job.
+        self.estimates: dict[int, float | None] = {}
+        self._queued = 0.0  # sum of the known estimates
+        self._unknown = 0  # jobs here not known to be short
+        # The pipe failed: the child is gone or going. The worker replaces it.
+        self.broken = False
+        # Outcomes received: an executor that dies before its first one counts towards a
+        # crash streak, which slows down restarts.
+        self.completed = 0
 
     def leases_hold_until(self, moment: float):
         self.status[2] = moment
@@ -74,15 +117,77 @@ class Executor:
     def sentinel(self):
         return self.process.sentinel
 
-    def send(self, items):
-        """items: [(seq, Claimed)]"""
-        for seq, claimed in items:
-            self.inflight[seq] = claimed
-        self.conn.send_bytes(_dumps(items))
+    @property
+    def idle(self) -> bool:
+        return not self.inflight
 
-    def receive(self):
-        """The next batch of [(seq, Ran)] from the child; EOFError once it is gone."""
-        return pickle.loads(self.conn.recv_bytes())
+    def only_short(self) -> bool:
+        return not self._unknown
+
+    def queued_seconds(self) -> float:
+        return self._queued
+
+    def _forget(self, seq):
+        if seq in self.estimates:
+            old = self.estimates.pop(seq)
+            if old is None:
+                self._unknown -= 1
+            else:
+                self._queued -= old
+
+    def _remember(self, seq, estimate):
+        self._forget(seq)
+        self.estimates[seq] = estimate
+        if estimate is None:
+            self._unknown += 1
+        else:
+            self._queued += estimate
+
+    def send(self, seq: int, claimed, estimate: float | None) -> bool:
+        """Hand over one job; False when the child is gone (the job never reached it)."""
+        self.inflight[seq] = claimed
+        self._remember(seq, estimate)
+        try:
+            self.conn.send_bytes(_dumps((seq, claimed)))
+        except (BrokenPipeError, EOFError, OSError):
+            self.broken = True
+            return False
+        return True
+
+    def take_back_waiting(self) -> list:
+        """Take back the jobs sent here that the child has not started, in order; the child
+        will answer "released" for them and start none of them."""
+        if not self.inflight:
+            return []
+        with self.taking:
+            taken = self.status[3]
+            self.status[4] = float(max(self.inflight))
+        back = [seq for seq in self.inflight if seq > taken]
+        running = self.running()
+        if running is not None:
+            self._remember(running[0], None)  # not short after all: nothing queues behind it
+        return [self.take(seq) for seq in sorted(back)]
+
+    def take(self, seq: int):
+        """The job `seq` is settled: no longer in flight here."""
+        self._forget(seq)
+        return self.inflight.pop(seq, None)
+
+    def clear(self):
+        self.inflight.clear()
+        self.estimates.clear()
+        self._queued, self._unknown = 0.0, 0
+
+    def receive(self) -> list:
+        """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
+        results = []
+        try:
+            while self.conn.poll():
+                results.append(pickle.loads(self.conn.recv_bytes()))
+                self.completed += 1
+        except (EOFError, OSError, pickle.UnpicklingError):
+            self.broken = True
+        return results
 
     def running(self):
         """(seq, started_monotonic) of the job running now, or None."""
@@ -96,26 +201,34 @@ class Executor:
     def alive(self):
         return self.process.is_alive()
 
-    def kill(self):
-        """Stop the child at once; returns the result batches it had already sent."""
+    def kill(self) -> list:
+        """Stop the child at once; returns the outcomes it had already sent."""
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
-        batches = []
-        try:
-            while self.conn.poll():
-                batches.append(self.receive())
-        except (EOFError, OSError):
-            pass
+        results = self.receive()
         self.conn.close()
-        return batches
+        return results
 
     def close(self):
-        """Ask the child to exit after its current chunk."""
+        """Ask the child to exit once it has answered what it was sent."""
         try:
             self.conn.send_bytes(_dumps(None))
-        except (BrokenPipeError, OSError):
-            pass
+        except (BrokenPipeError, EOFError, OSError):
+            self.broken = True
+
+    def exit_description(self) -> str:
+        """How the child ended, in words: "was killed by SIGSEGV", "exited with code 3"."""
+        code = self.process.exitcode
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        return f"exited with code {code}"
 
 
 def _dumps(value) -> bytes:
@@ -136,7 +249,7 @@ def _die_with_parent() -> int:
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass  # not Linux: the flusher's parent check still applies
+        pass  # not Linux: the watchdog's parent check still applies
     if os.getppid() != parent:
         os._exit(70)  # the worker died before the kernel was told
     return parent
@@ -147,36 +260,29 @@ def _lease_holds(claimed, status) -> bool:
     return time.monotonic() < max(claimed.lease_until, status[2])
 
 
-def child_main(conn, status, stop_event, worker_id):
+def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     """Entry point of an executor process."""
-    parent = _die_with_parent()
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
-    # process group must not kill a job half-way.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+    # process group must not kill a job half-way. The signals were blocked since birth.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    parent = _die_with_parent()
+    if settings_module:
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     import django
 
     django.setup()
     from django.db import connections
 
-    from .executor import Ran, run_attempt
-
-    lock = threading.Lock()
-    buffer = []
-    done = threading.Event()
-
-    def flush():
-        with lock:
-            if buffer:
-                conn.send_bytes(_dumps(buffer))
-                buffer.clear()
+    from .outcome import Ran
+    from .runner import run_attempt
 
     current = [None]
 
-    def flusher():
-        # Results of jobs that finished before a long one must not wait for it.
-        while not done.wait(FLUSH_INTERVAL):
+    def watchdog():
+        while True:
+            time.sleep(WATCH_INTERVAL)
             if os.getppid() != parent:
                 os._exit(70)  # the worker is gone; others will recover its jobs
             running = current[0]
@@ -184,12 +290,8 @@ def child_main(conn, status, stop_event, worker_id):
                 # The worker stalled and could not renew: another worker may recover this job
                 # any moment, and it must not run in two places at once.
                 os._exit(75)
-            try:
-                flush()
-            except (BrokenPipeError, OSError):
-                return
 
-    threading.Thread(target=flusher, name="result-flusher", daemon=True).start()
+    threading.Thread(target=watchdog, name="executor-watchdog", daemon=True).start()
     try:
         while True:
             try:
@@ -198,34 +300,29 @@ def child_main(conn, status, stop_event, worker_id):
                 return
             if message is None:
                 return
-            for seq, claimed in message:
-                # A job whose lease may be gone belongs to whoever recovers it: never start it.
-                if stop_event.is_set() or not _lease_holds(claimed, status):
-                    with lock:
-                        buffer.append((seq, Ran(claimed.id, "released")))
-                    continue
-                if claimed.timeout:
-                    flush()  # nothing may be lost if the worker kills us for this one
-                status[1] = time.monotonic()
-                status[0] = float(seq)
-                current[0] = claimed
-                ran = run_attempt(claimed, worker_id=worker_id)
-                current[0] = None
-                status[0] = IDLE
-                with lock:
-                    buffer.append((seq, ran))
-                # Batching only pays for tiny jobs; and once the worker is stopping, a result
-                # must be out before the worker's deadline may kill us.
-                if stop_event.is_set() or time.monotonic() - status[1] > FLUSH_INTERVAL:
-                    flush()
-                _tidy_connections(connections)
-            flush()
+            seq, claimed = message
+            with taking:
+                # A job whose lease may be gone belongs to whoever recovers it, and one the
+                # worker took back runs elsewhere: never start those.
+                start = not (
+                    stop_flag.is_set() or seq <= status[4] or not _lease_holds(claimed, status)
+                )
+                if start:
+                    status[1] = time.monotonic()
+                    status[0] = float(seq)  # from here on, the job counts as started
+                    status[3] = float(seq)
+            if not start:
+                conn.send_bytes(_dumps((seq, Ran(claimed.id, "released"))))
+                continue
+            current[0] = claimed
+            ran = run_attempt(claimed, worker_id=worker_id)
+            current[0] = None
+            conn.send_bytes(_dumps((seq, ran)))  # out before anything else may happen
+            status[0] = IDLE
+            _tidy_connections(connections)
+    except (BrokenPipeError, EOFError, OSError):
+        return  # the worker is gone
     finally:
-        done.set()
-        try:
-            flush()
-        except (BrokenPipeError, OSError):
-            pass
         connections.close_all()
 
 
@@ -240,40 +337,98 @@ def _tidy_connections(connections):
 
 
 class Dispatcher:
-    """Hands claimed jobs to executors, least loaded first, a chunk at a time."""
+    """Hands claimed jobs to executors: to an idle one, or behind known-short jobs only.
+
+    A job that can start nowhere now is handed back (see `dispatch`), so a job the database
+    shows as running is running, or starts within a dispatch round trip.
+    """
 
     def __init__(self, executors):
         self.executors = executors
         self.ready = deque()
         self.seq = 0
-        # Average job duration in seconds (EWMA): short jobs are sent in larger chunks.
-        self.avg_duration = 0.05
+        # task path -> [average attempt seconds (EWMA), attempts seen]
+        self.durations: dict[str, list] = {}
+        # Average of recent attempts of any task: how much to claim ahead.
+        self.recent = 0.02
 
-    def capacity_per_executor(self):
-        prefetch = int(0.01 / max(self.avg_duration, 1e-5))
-        return 1 + max(0, min(prefetch, 255))
+    def observe(self, task_path: str, duration: float):
+        duration = max(duration, 0.0)
+        seen = self.durations.get(task_path)
+        if seen is None:
+            self.durations[task_path] = [duration, 1]
+        else:
+            seen[0] = 0.8 * seen[0] + 0.2 * duration
+            seen[1] += 1
+        self.recent = 0.9 * self.recent + 0.1 * duration
 
-    def total_capacity(self):
-        return self.capacity_per_executor() * len(self.executors)
+    def short_estimate(self, task_path: str) -> float | None:
+        """The expected seconds of an attempt of a task known to be short, else None."""
+        seen = self.durations.get(task_path)
+        if seen is None or seen[1] < SEEN_BEFORE_SHORT or seen[0] >= SHORT_JOB:
+            return None
+        return seen[0]
 
-    def room(self):
-        cap = self.capacity_per_executor()
-        return sum(max(0, cap - len(e.inflight)) for e in self.executors) - len(self.ready)
+    def _prefetch(self) -> int:
+        if self.recent >= SHORT_JOB:
+            return 0
+        return min(MAX_PREFETCH, int(PREFETCH_BUDGET / max(self.recent, 1e-5)))
 
-    def observe(self, duration):
-        self.avg_duration = 0.8 * self.avg_duration + 0.2 * max(duration, 0.0)
+    def room(self) -> int:
+        """How many more jobs could start now or queue behind known-short ones."""
+        prefetch = self._prefetch()
+        free = 0
+        for e in self.executors:
+            if e.broken:
+                continue
+            if e.idle:
+                free += 1 + prefetch
+            elif prefetch and e.only_short():
+                free += max(0, 1 + prefetch - len(e.inflight))
+        return free - len(self.ready)
 
-    def dispatch(self):
-        cap = self.capacity_per_executor()
+    def total_capacity(self) -> int:
+        return (1 + self._prefetch()) * len(self.executors)
+
+    def _target(self, estimate):
+        idle = next((e for e in self.executors if e.idle and not e.broken), None)
+        if idle is not None or estimate is None:
+            return idle
+        fits = [
+            e
+            for e in self.executors
+            if not e.broken
+            and e.only_short()
+            and len(e.inflight) <= MAX_PREFETCH
+            and e.queued_seconds() + estimate <= PREFETCH_BUDGET
+        ]
+        return min(fits, key=lambda e: len(e.inflight), default=None)
+
+    def dispatch(self) -> list:
+        """Send what can start; return the claimed jobs that must be handed back unstarted.
+
+        Jobs go out in claim (priority) order. One that fits nowhere — no executor is idle,
+        and it is not a known-short job that may queue behind others — is handed back rather
+        than left waiting in `running`; known-short ones wait here for the next round while
+        some executor runs only known-short jobs.
+        """
         while self.ready:
-            executor = min(self.executors, key=lambda e: len(e.inflight))
-            free = cap - len(executor.inflight)
-            if free <= 0:
-                return
-            # Spread a batch over the executors rather than filling the first one.
-            share = max(1, min(free, -(-len(self.ready) // len(self.executors))))
-            items = []
-            for _ in range(min(share, len(self.ready))):
-                self.seq += 1
-                items.append((self.seq, self.ready.popleft()))
-            executor.send(items)
+            claimed = self.ready[0]
+            estimate = self.short_estimate(claimed.task_path)
+            target = self._target(estimate)
+            if target is None:
+                break
+            self.ready.popleft()
+            self.seq += 1
+            target.send(self.seq, claimed, estimate)
+        if not self.ready:
+            return []
+        may_queue = any(e.only_short() for e in self.executors if not e.broken)
+        keep, give_back = deque(), []
+        for claimed in self.ready:
+            if not may_queue or self.short_estimate(claimed.task_path) is None:
+                give_back.append(claimed)
+            else:
+                keep.append(claimed)
+        self.ready = keep
+        return give_back

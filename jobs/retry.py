@@ -12,7 +12,7 @@ delay by up to ± that fraction and `jitter_up_ratio` lengthens it by up to that
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -198,6 +198,25 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
         return cls(**options)
     except TypeError as exc:
         raise ValueError(f"BACKOFF for strategy {strategy!r}: {exc}") from None
+
+
+def policy_to_json(policy) -> dict:
+    """A policy as a JSON object that `policy_from_json` turns back into an equal policy.
+
+    TypeError for anything else (a custom callable cannot be stored).
+    """
+    name = next((n for n, cls in _STRATEGIES.items() if type(policy) is cls), None)
+    if name is None:
+        raise TypeError(f"{policy!r} is not a jobs.retry policy")
+    values = {f.name: getattr(policy, f.name) for f in fields(policy)}
+    if "delay_seconds" in values:
+        values["delay"] = values.pop("delay_seconds")  # Fixed(delay=...)
+    return {"strategy": name, **values}
+
+
+def policy_from_json(value: Mapping) -> Policy:
+    """The policy `policy_to_json` stored (the same shape as OPTIONS["BACKOFF"])."""
+    return policy_from_setting(value) if value else policy_from_setting({"strategy": "none"})
 
 
 def is_backoff(value) -> bool:

@@ -216,7 +216,7 @@ def parse(name, raw, backend) -> ScheduleSpec:
 
 
 def _load_task(task_path, fail):
-    from .backend import load_task
+    from .tasks import load_task
 
     try:
         return load_task(task_path)
@@ -546,8 +546,8 @@ def _fire(spec, row, decision: Plan, backend) -> bool:
 
 
 def _job(spec: ScheduleSpec, backend, *, scheduled_at: datetime | None):
-    from .backend import load_task
     from .models import Job
+    from .tasks import load_task
 
     row = backend._row(_task_for(spec, load_task(spec.task_path)), spec.args, spec.kwargs)
     row["run_after"] = scheduled_at or timezone.now()

@@ -27,6 +27,10 @@ class DeadLetterReason(models.TextChoices):
     UNRECOVERABLE = "unrecoverable", "Unrecoverable error"
     # The job cannot run at all: unknown task or undecodable payload.
     POISON = "poison", "Poison (cannot run)"
+    # Extension: the task's custom backoff callable raised, so no next attempt could be planned.
+    BACKOFF_FAILED = "backoff_failed", "Backoff failed"
+    # Extension: its executor died (segfault, os._exit, OOM kill) and on_crash="dead_letter".
+    CRASHED = "crashed", "Crashed"
 
 
 class AttemptOutcome(models.TextChoices):

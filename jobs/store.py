@@ -165,6 +165,7 @@ INSERT_COLUMNS = (
     "dead_letter_reason",
     "worker_id",
     "finished_at",
+    "backoff",
 )
 
 
@@ -192,6 +193,7 @@ PG_TYPES = {
     "dead_letter_reason": "text",
     "worker_id": "text",
     "finished_at": "timestamptz",
+    "backoff": "jsonb",
 }
 _INSERT_SELECT_PG = ", ".join(
     f"COALESCE(v.{c}, now())"
@@ -225,6 +227,8 @@ def _insert_value(column, row):
     value = row.get(column)
     if column in ("args", "kwargs"):
         return payload.dumps(value)
+    if column == "backoff":
+        return None if value is None else payload.dumps(value)
     if column in (
         "error_type",
         "error_message",
@@ -368,6 +372,8 @@ class Claimed:
     backend: str
     started_at: datetime | None = None
     enqueued_at: datetime | None = None
+    # A per-call backoff policy (jobs.retry.policy_to_json); None: the task's own.
+    backoff: dict | None = None
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
@@ -376,7 +382,7 @@ class Claimed:
 
 CLAIMED_COLUMNS = (
     "id, task_path, {args}, attempt, max_attempts, timeout, queue_name, priority, backend, "
-    "started_at, enqueued_at"
+    "started_at, enqueued_at, {backoff}"
 )
 
 
@@ -396,6 +402,7 @@ def _claimed_from_row(d: _Dialect, r, lease_id) -> Claimed:
         backend=r[9],
         started_at=d.parse_time(r[10]),
         enqueued_at=d.parse_time(r[11]),
+        backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
     )
 
 
@@ -414,6 +421,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
         queue_params = [list(queues)] if d.pg else list(queues)
     lock = "FOR UPDATE SKIP LOCKED" if d.pg else ""
     args_col = "args::text, kwargs::text" if d.pg else "args, kwargs"
+    backoff_col = "backoff::text" if d.pg else "backoff"
     sql = f"""
         UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
             lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
@@ -426,7 +434,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
             ORDER BY priority DESC, run_after
             LIMIT %s {lock}
         )
-        RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
+        RETURNING {CLAIMED_COLUMNS.format(args=args_col, backoff=backoff_col)}
     """
     params = [d.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
     if d.pg:
@@ -447,11 +455,12 @@ def claim_one(job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None
     d = dialect()
     lease_id = uuid.uuid4()
     args_col = "args::text, kwargs::text" if d.pg else "args, kwargs"
+    backoff_col = "backoff::text" if d.pg else "backoff"
     sql = f"""
         UPDATE {JOB} SET state = 'running', attempt = attempt + 1, lease_id = {d.uuid},
             lease_expires_at = {d.after("%s")}, started_at = {d.now}, worker_id = %s
         WHERE id = {d.uuid} AND state IN ({CLAIMABLE_SQL}) AND attempt < max_attempts
-        RETURNING {CLAIMED_COLUMNS.format(args=args_col)}
+        RETURNING {CLAIMED_COLUMNS.format(args=args_col, backoff=backoff_col)}
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -908,6 +917,7 @@ class Expired:
     max_attempts: int
     worker_id: str
     started_at: datetime | None
+    backoff: dict | None = None
 
     def as_claimed(self) -> Claimed:
         """The claim the lost worker held, for the retry decision and its fencing."""
@@ -923,6 +933,8 @@ class Expired:
             queue_name="",
             priority=0,
             backend=self.backend,
+            started_at=self.started_at,
+            backoff=self.backoff,
         )
 
 
@@ -938,14 +950,23 @@ def expired_leases(limit: int = 200, *, lock: bool = False) -> list[Expired]:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id, lease_id, task_path, backend, attempt, max_attempts, worker_id, "
-            f"started_at FROM {JOB} WHERE state = 'running' AND lease_expires_at < {d.now} "
+            f"started_at, {'backoff::text' if d.pg else 'backoff'} FROM {JOB} "
+            f"WHERE state = 'running' AND lease_expires_at < {d.now} "
             f"ORDER BY lease_expires_at LIMIT %s{skip}",
             [limit],
         )
         rows = cursor.fetchall()
     return [
         Expired(
-            d.parse_uuid(r[0]), d.parse_uuid(r[1]), r[2], r[3], r[4], r[5], r[6], d.parse_time(r[7])
+            d.parse_uuid(r[0]),
+            d.parse_uuid(r[1]),
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            d.parse_time(r[7]),
+            json.loads(r[8]) if r[8] else None,
         )
         for r in rows
     ]

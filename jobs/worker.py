@@ -12,6 +12,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from multiprocessing.connection import wait
 
 from django.db import (
@@ -22,22 +23,29 @@ from django.db import (
     OperationalError,
     ProgrammingError,
     connection,
-    transaction,
 )
 from django.db.backends.signals import connection_created
 from django.tasks import task_backends
 from django.utils import timezone
 
-from . import executor as ex
-from . import schedules, startup_signals, store
-from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
+from . import maintenance, schedules, startup_signals, store
+from . import outcome as oc
+from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
+from .errortext import for_log
 from .models import Job, WorkerNode
-from .pool import Dispatcher, Executor, StopFlag
+from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
 from .states import AttemptOutcome, JobState
 
 logger = logging.getLogger("jobs.worker")
 
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+
+# Restarts of an executor that keeps dying before it finishes a job slow down: the first
+# CRASH_STREAK_FREE restarts are immediate, then the delay doubles from RESTART_DELAY up to
+# MAX_RESTART_DELAY.
+CRASH_STREAK_FREE = 2
+RESTART_DELAY = 0.25
+MAX_RESTART_DELAY = 10.0
 
 
 @dataclass(kw_only=True)
@@ -155,6 +163,10 @@ class Worker:
         self.lease_margin = min(1.0, config.heartbeat_seconds / 2)
         self.unlogged_claims = 0
         self.last_claim_log = 0.0
+        self.settings_module = os.environ.get("DJANGO_SETTINGS_MODULE")
+        # executor index -> monotonic time its replacement may start (after crashes)
+        self.restarts: dict[int, float] = {}
+        self.crash_streaks: dict[int, int] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -164,10 +176,10 @@ class Worker:
             self._session_limits(None, connection)
         self.stop_event = StopFlag()
         self._install_signal_handlers()
-        self.executors = [
-            Executor(i, self.worker_id, self.stop_event) for i in range(self.config.concurrency)
-        ]
+        self.executors = []
         self.dispatcher = Dispatcher(self.executors)
+        for index in range(self.config.concurrency):
+            self._start_executor(index)
         self._with_db(self._register)
         queues = ", ".join(self.config.queues) or "all queues"
         logger.info(
@@ -201,8 +213,9 @@ class Worker:
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds
             self._enforce_deadlines(now)
+            self._start_due_executors(now)
             claimed = self._sync()
-            self.dispatcher.dispatch()
+            self._dispatch()
             if not self.held and not self.finishes and not claimed:
                 if self.config.burst:
                     logger.info("no job is due and none is running: burst done")
@@ -240,6 +253,10 @@ class Worker:
         for held in self.held.values():
             if held.claimed.timeout and held.claimed.began is not None:
                 timeout = min(timeout, max(0.0, held.claimed.began + held.claimed.timeout - now))
+        if any(len(e.inflight) > 1 for e in self.executors):
+            timeout = min(timeout, PREFETCH_BUDGET)
+        if self.restarts and not self.stopping:
+            timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
         if self.stopping:
             timeout = min(timeout, 0.05)
         return timeout
@@ -258,6 +275,10 @@ class Worker:
                 self.listener.drain()
             else:
                 self._from_executor(ready)
+        # Outcomes that arrived meanwhile from the others go into the same write.
+        for executor in list(self.executors):
+            if executor in self.executors:
+                self._drain(executor)
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -298,8 +319,12 @@ class Worker:
 
     def _claim_limit(self):
         room = self.dispatcher.room()
-        # Claim in batches: wait until half the prefetch room is free, unless idle.
-        if room <= 0 or (self.held and room < self.dispatcher.total_capacity() // 2):
+        # Claim in batches: wait until half the room is free, unless an executor is idle.
+        if room <= 0 or (
+            self.held
+            and room < self.dispatcher.total_capacity() // 2
+            and not any(e.idle for e in self.executors)
+        ):
             return 0
         limit = min(room, self.config.batch_size)
         if self.config.max_jobs is not None:
@@ -345,7 +370,11 @@ class Worker:
         if self.unlogged_claims == 1 and claimed:
             c = claimed[0]
             logger.info(
-                "claimed %s (job %s, attempt %d/%d)", c.task_path, c.id, c.attempt, c.max_attempts
+                "claimed %s (job %s, attempt %d/%d)",
+                for_log(c.task_path),
+                c.id,
+                c.attempt,
+                c.max_attempts,
             )
         else:
             logger.info("claimed %d jobs", self.unlogged_claims)
@@ -355,34 +384,32 @@ class Worker:
         executor = next((e for e in self.executors if ready is e.conn or ready == e.sentinel), None)
         if executor is None:
             return
-        if ready is executor.conn:
-            try:
-                batch = executor.receive()
-            except (EOFError, OSError):
-                batch = None
-            if batch is not None:
-                for seq, ran in batch:
-                    self._on_result(executor, seq, ran)
-                return
-        if not executor.alive():
+        self._drain(executor)
+        if executor in self.executors and ready == executor.sentinel and not executor.alive():
             self._on_executor_died(executor)
 
-    def _collect(self, executor, batches):
-        """Results a stopped executor had sent before it went: they count, nothing re-runs."""
-        for batch in batches:
-            for seq, ran in batch:
-                self._on_result(executor, seq, ran)
+    def _drain(self, executor):
+        for seq, ran in executor.receive():
+            self._on_result(executor, seq, ran)
+        if executor.broken:
+            self._on_executor_died(executor)
+
+    def _collect(self, executor, results):
+        """Outcomes a stopped executor had sent before it went: they count, nothing re-runs."""
+        for seq, ran in results:
+            self._on_result(executor, seq, ran)
 
     def _on_result(self, executor, seq, ran):
-        claimed = executor.inflight.pop(seq, None)
+        claimed = executor.take(seq)
         if claimed is None:
             return
         held = self.held.get(claimed.id)
         if held is None:
             return  # already settled (timed out, abandoned)
         if ran.started_at and ran.finished_at:
-            self.dispatcher.observe((ran.finished_at - ran.started_at).total_seconds())
-        finish = ex.decide(
+            duration = (ran.finished_at - ran.started_at).total_seconds()
+            self.dispatcher.observe(claimed.task_path, duration)
+        finish = oc.decide(
             claimed,
             ran,
             worker_id=self.worker_id,
@@ -390,48 +417,99 @@ class Worker:
         )
         self.finishes.append(finish)
 
+    def _dispatch(self):
+        for claimed in self.dispatcher.dispatch():
+            self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
+        for executor in [e for e in self.executors if e.broken]:
+            self._drain(executor)
+
+    def _start_executor(self, index):
+        """Start executor `index`, unless the worker is stopping (then it stays down)."""
+        if self.stopping:
+            return
+        try:
+            executor = Executor(index, self.worker_id, self.stop_event, self.settings_module)
+        except StoppedBeforeStart:
+            return
+        executor.leases_hold_until(self.leases_hold_until)
+        self.executors.append(executor)
+
+    def _start_due_executors(self, now):
+        for index, due in list(self.restarts.items()):
+            if self.stopping:
+                self.restarts.clear()
+                return
+            if now >= due:
+                del self.restarts[index]
+                self._start_executor(index)
+
     def _on_executor_died(self, executor):
-        code = executor.process.exitcode
         running = executor.running()
-        logger.error(
-            "executor process %s exited unexpectedly (code %s); starting a new one",
-            executor.pid,
-            code,
-        )
+        # Reap it first, so that its exit code (or signal) is known.
+        results = executor.kill()
+        how = executor.exit_description()
+        job = ""
+        if running is not None:
+            claimed = executor.inflight[running[0]]
+            job = f" running job {claimed.id} ({for_log(claimed.task_path)})"
+        logger.error("executor process %s %s%s", executor.pid, how, job)
         self._replace_executor(
             executor,
             running,
-            failure=RuntimeError(f"the process running the job exited with code {code}"),
+            failure=ExecutorCrashed(f"the process running the job {how}"),
+            kind="crashed",
+            results=results,
+            crashed=True,
         )
 
-    def _replace_executor(self, executor, running, *, failure, kind="error"):
-        """Kill an executor; settle the job it was running with `failure`; re-queue the rest."""
-        self._collect(executor, executor.kill())
+    def _replace_executor(
+        self, executor, running, *, failure, kind="error", results=None, crashed=False
+    ):
+        """Stop an executor; settle the job it was running with `failure`; hand the jobs it
+        never started back to the dispatcher; start a new executor unless stopping."""
+        if results is None:
+            results = executor.kill()
+        self._collect(executor, results)
         requeue = []
         for seq, claimed in sorted(executor.inflight.items()):
+            if claimed.id not in self.held:
+                continue
             if running and seq == running[0]:
-                ran = ex.failure_from_outside(claimed, failure, kind=kind)
-                held = self.held.get(claimed.id)
-                cancel = held is not None and held.cancel_requested_at is not None
-                self.finishes.append(
-                    ex.decide(claimed, ran, worker_id=self.worker_id, cancel_requested=cancel)
+                started_at = oc.now() - timedelta(seconds=max(0.0, time.monotonic() - running[1]))
+                ran = oc.failure_from_outside(
+                    claimed, failure, kind=kind, worker_id=self.worker_id, started_at=started_at
                 )
-            elif claimed.id in self.held:
+                held = self.held[claimed.id]
+                cancel = held.cancel_requested_at is not None
+                self.finishes.append(
+                    oc.decide(claimed, ran, worker_id=self.worker_id, cancel_requested=cancel)
+                )
+            else:
                 requeue.append(claimed)
-        executor.inflight.clear()
-        self.dispatcher.ready.extendleft(reversed(requeue))
-        index = self.executors.index(executor)
-        if not self.stopping:
-            self.executors[index] = Executor(executor.index, self.worker_id, self.stop_event)
-            self.executors[index].leases_hold_until(self.leases_hold_until)
-        else:
-            self.executors.pop(index)
+        executor.clear()
+        self.executors.remove(executor)
+        if self.stopping:
             for claimed in requeue:
-                self.finishes.append(
-                    ex.decide(claimed, ex.Ran(claimed.id, "released"), worker_id=self.worker_id)
-                )
-            self.dispatcher.ready.clear()
-        self.dispatcher.executors = self.executors
+                self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
+            return
+        self.dispatcher.ready.extendleft(reversed(requeue))
+        index = executor.index
+        streak = 0
+        if crashed:
+            streak = self.crash_streaks.get(index, 0) + 1 if executor.completed == 0 else 1
+        self.crash_streaks[index] = streak
+        if streak > CRASH_STREAK_FREE:
+            delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** (streak - CRASH_STREAK_FREE - 1))
+            logger.warning(
+                "executor %d died %d times in a row before finishing a job; "
+                "starting the next one in %.2fs",
+                index,
+                streak,
+                delay,
+            )
+            self.restarts[index] = time.monotonic() + delay
+        else:
+            self._start_executor(index)
 
     def _enforce_deadlines(self, now):
         for executor in list(self.executors):
@@ -439,6 +517,10 @@ class Worker:
             if running is None:
                 continue
             seq, started = running
+            if len(executor.inflight) > 1 and now - started > PREFETCH_BUDGET:
+                # A job thought short runs long: the jobs waiting behind it go elsewhere.
+                back = executor.take_back_waiting()
+                self.dispatcher.ready.extendleft(reversed(back))
             claimed = executor.inflight[seq]
             claimed.began = started
             held = self.held.get(claimed.id)
@@ -446,7 +528,7 @@ class Worker:
                 logger.warning(
                     "job %s (%s) ran past its %gs timeout: stopping it",
                     claimed.id,
-                    claimed.task_path,
+                    for_log(claimed.task_path),
                     claimed.timeout,
                 )
                 self._replace_executor(
@@ -462,7 +544,7 @@ class Worker:
                 logger.warning(
                     "job %s (%s) did not stop within %gs of its cancel: stopping it",
                     claimed.id,
-                    claimed.task_path,
+                    for_log(claimed.task_path),
                     self.config.cancel_grace,
                 )
                 self._replace_executor(
@@ -485,12 +567,12 @@ class Worker:
                 self.processed_total += 1
             claimed = held.claimed if held else None
             self._log_finish(f, claimed)
-            ex.announce(f, claimed)
+            oc.announce(f, claimed)
 
     def _log_finish(self, f, claimed):
-        path = claimed.task_path if claimed else "?"
+        path = for_log(claimed.task_path) if claimed else "?"
         attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
-        error = f"{f.error_type}: {f.error_message}".strip(": ")
+        error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
         if f.state == JobState.SUCCEEDED:
             logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
         elif f.state == JobState.RETRYING:
@@ -573,7 +655,7 @@ class Worker:
                 if claimed is held.claimed:
                     # Its executor may not start or go on with it: the job belongs to whoever
                     # recovered it. Stop that executor; its other jobs go back in line.
-                    executor.inflight.pop(seq)
+                    executor.take(seq)
                     self._replace_executor(
                         executor, executor.running(), failure=WorkerLost("lease lost")
                     )
@@ -605,48 +687,49 @@ class Worker:
                 if held.claimed in self.dispatcher.ready:
                     self.dispatcher.ready.remove(held.claimed)
                     self.finishes.append(
-                        ex.decide(
+                        oc.decide(
                             held.claimed,
-                            ex.failure_from_outside(held.claimed, JobCancelled("cancelled")),
+                            oc.failure_from_outside(
+                                held.claimed, JobCancelled("cancelled"), worker_id=self.worker_id
+                            ),
                             worker_id=self.worker_id,
                             cancel_requested=True,
                         )
                     )
 
     def _maintenance(self):
-        recover_expired_leases(self.worker_id)
-        store.expire_not_after()
-        store.settle_orphaned_continuations()
-        if self.heartbeats % 30 == 1:
-            store.compact_counters()
-            forget_lost_nodes()
+        maintenance.run_due(self.worker_id, round=self.heartbeats)
 
     # --- shutdown ---------------------------------------------------------------------------
 
     def _shutdown(self):
         self.stop_event.set()
+        self.restarts.clear()
         # Jobs never started are handed back; jobs still running are interrupted.
         for claimed in list(self.dispatcher.ready):
-            self.finishes.append(
-                ex.decide(claimed, ex.Ran(claimed.id, "released"), worker_id=self.worker_id)
-            )
+            self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
         self.dispatcher.ready.clear()
+        for executor in self.executors:
+            executor.close()  # in order: each exits once it has answered what it holds
         for executor in list(self.executors):
             running = executor.running()
+            if running is None:
+                executor.process.join(2)
             self._collect(executor, executor.kill())
             for seq, claimed in sorted(executor.inflight.items()):
                 if claimed.id not in self.held:
                     continue
                 if running and seq == running[0]:
-                    ran = ex.failure_from_outside(
+                    ran = oc.failure_from_outside(
                         claimed,
                         WorkerShutdown("the worker shut down before the job finished"),
                         kind=AttemptOutcome.INTERRUPTED,
+                        worker_id=self.worker_id,
                     )
+                    self.finishes.append(oc.decide(claimed, ran, worker_id=self.worker_id))
                 else:
-                    ran = ex.Ran(claimed.id, "released")
-                self.finishes.append(ex.decide(claimed, ran, worker_id=self.worker_id))
-            executor.inflight.clear()
+                    self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
+            executor.clear()
         attempts = 1 if self.hard_stop else 5
         for _ in range(attempts):
             self._flush_finishes()
@@ -726,39 +809,3 @@ def _reset_connection():
         connection.close()
     except Exception:
         connection.connection = None
-
-
-def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
-    """Rescue running jobs whose worker stopped renewing its lease, through the retry flow."""
-    with transaction.atomic():
-        expired = store.expired_leases(limit, lock=True)
-        if not expired:
-            return 0
-        claims = {e.id: e.as_claimed() for e in expired}
-        finishes = []
-        for e in expired:
-            ran = ex.failure_from_outside(
-                claims[e.id],
-                WorkerLost(f"worker {e.worker_id} stopped renewing its lease"),
-                kind=AttemptOutcome.LOST,
-                started_at=e.started_at,
-            )
-            finish = ex.decide(claims[e.id], ran, worker_id=e.worker_id)
-            finish.only_if_expired = True
-            finishes.append(finish)
-        applied = store.finish(finishes)
-    for f in applied:
-        ex.announce(f, claims[f.job_id])
-        logger.warning(
-            "recovered job %s from worker %s (lease expired): %s",
-            f.job_id,
-            f.worker_id,
-            f"retrying in {f.delay:.1f}s" if f.state == "retrying" else f"{f.state} ({f.reason})",
-        )
-    return len(applied)
-
-
-def forget_lost_nodes(days: int = 1) -> int:
-    cutoff = timezone.now() - timezone.timedelta(days=days)
-    deleted, _ = WorkerNode.objects.filter(last_heartbeat_at__lt=cutoff).delete()
-    return deleted

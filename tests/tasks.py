@@ -1,6 +1,7 @@
 """Tasks the tests enqueue; the worker subprocess imports them from here."""
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -166,3 +167,105 @@ def fails_with_unbounded_backoff(key):
     """Exponential without a max (the contract's default): the delay doubles without limit."""
     _event(f"end:{key}")
     raise ConnectionError(key)
+
+
+# --- execution core (tests/test_execution.py) -------------------------------------------------
+
+
+@task(backoff=NO_WAIT, max_attempts=2)
+def exits_hard(key):
+    """Ends its executor process at once, as a crashing C extension or os._exit would."""
+    _event(f"start:{key}")
+    os._exit(3)
+
+
+@task(backoff=NO_WAIT, max_attempts=3, on_crash="dead_letter")
+def segfaults_no_retry(key):
+    _event(f"start:{key}")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@task(backoff=NO_WAIT, max_attempts=3)
+def segfaults_then_succeeds(key):
+    _event(f"start:{key}")
+    if _starts(key) < 2:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return "second time lucky"
+
+
+def _starts(key):
+    path = os.environ.get("JOBSITE_TEST_LEDGER")
+    if not path:
+        return 0
+    return Path(path).read_text().split().count(f"start:{key}")
+
+
+class StrRaises(Exception):
+    def __str__(self):
+        raise RuntimeError("no str for you")
+
+
+class StrNotAString(Exception):
+    def __str__(self):
+        return 42
+
+
+class NothingPrints(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+class CustomBase(BaseException):
+    pass
+
+
+HOSTILE = {
+    "str_raises": lambda: StrRaises("hidden"),
+    "str_not_a_string": lambda: StrNotAString("hidden"),
+    "nothing_prints": lambda: NothingPrints(),
+    "keyboard_interrupt": lambda: KeyboardInterrupt("pressed by the task"),
+    "system_exit": lambda: SystemExit(4),
+    "generator_exit": lambda: GeneratorExit("closed"),
+    "custom_base": lambda: CustomBase("a BaseException of its own"),
+}
+
+
+@task(backoff=NoRetry())
+def raises_hostile(kind):
+    raise HOSTILE[kind]()
+
+
+@task(backoff=NoRetry())
+def raises_huge(size):
+    raise ValueError("x" * size + "\nFORGED job 00000000 (tests.tasks.add) succeeded")
+
+
+def recording_backoff(exception, task_result):
+    """A custom backoff that writes down what it was given."""
+    errors = [e.exception_class_path for e in task_result.errors]
+    _event(f"backoff:{type(exception).__name__}:{task_result.attempts}:{','.join(errors)}")
+    return 0
+
+
+@task(backoff=recording_backoff, max_attempts=2, timeout=0.5)
+def sleeps_past_timeout_with_callable(key):
+    _event(f"start:{key}")
+    time.sleep(30)
+
+
+@task(backoff=recording_backoff, max_attempts=2)
+def crashes_with_callable(key):
+    _event(f"start:{key}")
+    os._exit(3)
+
+
+def broken_backoff(exception, task_result):
+    raise LookupError("this backoff is broken")
+
+
+@task(backoff=broken_backoff, max_attempts=3)
+def fails_with_broken_backoff(key):
+    raise ValueError(key)

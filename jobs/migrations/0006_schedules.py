@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0008_job_count_delta'),
+        ('jobs', '0009_per_call_backoff'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,121 @@
+"""Error text as it is stored and logged: described safely, capped, escaped.
+
+Nothing in here may raise, whatever a task's exception does in `__str__` or `__repr__`.
+"""
+
+import traceback
+
+# CONTRACT.md section 10.
+MAX_MESSAGE = 10_000
+MAX_TRACEBACK = 100_000
+# Of a cut traceback, the head keeps the outermost frames; the rest of the room goes to the
+# tail, which holds the innermost frames and the exception line.
+TRACEBACK_HEAD = 20_000
+# Job data quoted in one worker log line is cut to this length (the stored text is complete).
+MAX_LOGGED = 2_000
+
+
+def describe(exc: BaseException) -> tuple[str, str, str]:
+    """(error type, message, traceback) of an exception, each ready to store."""
+    name = error_type(exc)
+    message = message_of(exc)
+    try:
+        text = _format_traceback(exc)
+    except BaseException:
+        try:
+            text = "".join(traceback.format_tb(exc.__traceback__)) + f"{name}: {message}\n"
+        except BaseException:
+            text = f"{name}: {message}\n"
+    return name, cap(storable(message), MAX_MESSAGE), cap_traceback(storable(text))
+
+
+def error_type(exc: BaseException) -> str:
+    """Builtins and the engine's own outcome types (JobTimeout, WorkerLost, ...) go by their
+    bare names, as the contract spells them; task exceptions keep their module."""
+    cls = type(exc)
+    try:
+        module, qualname = str(cls.__module__), str(cls.__qualname__)
+    except BaseException:
+        return "Exception"
+    return qualname if module in ("builtins", "jobs.errors") else f"{module}.{qualname}"
+
+
+def message_of(exc: BaseException) -> str:
+    """str(exc); when that fails, repr(exc); when both fail, "<unprintable Name>"."""
+    for render in (str, repr):
+        try:
+            text = render(exc)
+        except BaseException:
+            continue
+        if isinstance(text, str):
+            return text
+    try:
+        name = type(exc).__name__
+    except BaseException:
+        name = "exception"
+    return f"<unprintable {name}>"
+
+
+def _format_traceback(exc: BaseException) -> str:
+    """The traceback as Python prints it, without the ~~~^^^ markers under each source line.
+
+    Placing those markers re-parses every line's source; it cost more than all the rest of a
+    failed attempt, and the file, line and code of each frame are still shown.
+    """
+    top = traceback.TracebackException.from_exception(exc)
+    pending, seen = [top], set()
+    while pending:
+        te = pending.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        for frame in te.stack:
+            frame.colno = frame.end_colno = None
+        pending += [t for t in (te.__cause__, te.__context__) if t is not None]
+        pending += te.exceptions or []
+    return "".join(top.format())
+
+
+def storable(text: str) -> str:
+    """Text a database column can hold: NUL and lone surrogates shown as escapes, not lost."""
+    text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _mark(removed: int) -> str:
+    return f"… [cut: {removed:,} characters]"
+
+
+def cap(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters; else its start and a mark saying how much went."""
+    if len(text) <= limit:
+        return text
+    keep = limit - len(_mark(len(text)))
+    return text[:keep] + _mark(len(text) - keep)
+
+
+def cap_traceback(text: str, limit: int = MAX_TRACEBACK) -> str:
+    """A traceback within `limit` characters: its head and its tail, the cut marked between."""
+    if len(text) <= limit:
+        return text
+    mark = f"\n{_mark(len(text))}\n"
+    head = min(TRACEBACK_HEAD, limit // 4)
+    tail = limit - head - len(mark)
+    return text[:head] + f"\n{_mark(len(text) - head - tail)}\n" + text[-tail:]
+
+
+_ESCAPES = {i: f"\\x{i:02x}" for i in [*range(32), *range(0x7F, 0xA0)]}
+_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def for_log(value, limit: int = MAX_LOGGED) -> str:
+    """Job data (a task path, a message, an id) as it may appear in one log line: control
+    characters and line breaks escaped, so one event stays one line; cut to `limit`."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except BaseException:
+        text = "<unprintable>"
+    return cap(text, limit).translate(_ESCAPES)

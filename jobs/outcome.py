@@ -1,0 +1,295 @@
+"""The one retry decision: what becomes of a job after an attempt, however the attempt ended.
+
+`Ran` is what the process that ran the attempt saw (or, for a timeout, a crash or a lost worker,
+what the worker saw from outside). `decide` turns it into a `store.Finish` through the named
+constructors of `Outcome`; `announce` sends the signals once the outcome took effect.
+"""
+
+import logging
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+
+from . import retry, signals
+from .errortext import describe, for_log
+from .states import AttemptOutcome, DeadLetterReason, JobState
+from .store import Claimed, Finish
+from .tasks import load_task
+
+logger = logging.getLogger("jobs.worker")
+_rng = random.Random()
+
+
+@dataclass(slots=True)
+class Ran:
+    """The outcome of one attempt as the process that ran it saw it."""
+
+    job_id: object
+    # "ok", "error", "poison", "released" (never started), or from outside the task:
+    # "lost", "interrupted", "crashed".
+    kind: str
+    return_json: str | None = None
+    error_type: str = ""
+    error_message: str = ""
+    error_traceback: str = ""
+    # Seconds until the next attempt per the job's policy; None means stop retrying.
+    delay: float | None = None
+    # Set when retrying is out of the question: "unrecoverable", "backoff_failed", "crashed".
+    stop_reason: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+def now():
+    return datetime.now(UTC)
+
+
+# --- planning the next attempt -------------------------------------------------------------
+
+
+def policy_of(claimed: Claimed, task):
+    """The backoff of this job: given per call (stored on the row), else the task's own."""
+    if claimed.backoff:
+        return retry.policy_from_json(claimed.backoff)
+    return task.get_backend().backoff_for(task)
+
+
+def task_result_for(claimed: Claimed, task, *, worker_id: str, error=None, status=None):
+    """The TaskResult a custom backoff callable gets: this attempt's number (`attempts`) and
+    the errors so far, this attempt's last (`error`: (error_type, traceback))."""
+    errors = [
+        TaskError(exception_class_path=t or "Exception", traceback=tb or m)
+        for t, m, tb in _earlier_errors(claimed)
+    ]
+    if error is not None:
+        errors.append(TaskError(exception_class_path=error[0], traceback=error[1]))
+    return TaskResult(
+        task=task,
+        id=str(claimed.id),
+        status=status or TaskResultStatus.FAILED,
+        enqueued_at=claimed.enqueued_at,
+        started_at=claimed.started_at,
+        finished_at=None,
+        last_attempted_at=claimed.started_at,
+        args=[],
+        kwargs={},
+        backend=claimed.backend,
+        errors=errors,
+        worker_ids=[worker_id] * claimed.attempt,
+    )
+
+
+def _earlier_errors(claimed: Claimed):
+    from .models import Attempt
+
+    return list(
+        Attempt.objects.filter(job_id=claimed.id, number__lt=claimed.attempt)
+        .exclude(error_type="")
+        .order_by("number")
+        .values_list("error_type", "error_message", "error_traceback")
+    )
+
+
+def plan_retry(claimed: Claimed, task, exc: BaseException, task_result) -> tuple[float | None, str]:
+    """(seconds until the next attempt or None to stop, "" or "backoff_failed").
+
+    `task_result` is a TaskResult or a function making one: a custom callable always gets one;
+    the built-in policies need none, so none is made for them.
+    """
+    try:
+        policy = policy_of(claimed, task)
+        if not hasattr(policy, "delay") and callable(task_result):
+            task_result = task_result()
+        delay = retry.next_delay(
+            policy, attempt=claimed.attempt, exception=exc, task_result=task_result, rng=_rng
+        )
+    except BaseException:
+        logger.exception(
+            "backoff of %s raised for job %s (attempt %d); dead-lettering it (backoff_failed)",
+            for_log(claimed.task_path),
+            claimed.id,
+            claimed.attempt,
+        )
+        return None, DeadLetterReason.BACKOFF_FAILED
+    return delay, ""
+
+
+def failure_from_outside(
+    claimed: Claimed, exc: BaseException, *, kind="error", worker_id="", started_at=None
+) -> Ran:
+    """A failure the task did not raise itself (timeout, crash, lost worker, shutdown), with
+    the delay its job's policy gives for this attempt."""
+    error_type, message, _ = describe(exc)
+    text = f"{error_type}: {message}\n"
+    delay, stop = None, ""
+    try:
+        task = load_task(claimed.task_path)
+    except Exception:  # unknown task: nothing to retry with
+        task = None
+    if task is not None:
+        if kind == "crashed" and getattr(task, "on_crash", "retry") == "dead_letter":
+            stop = DeadLetterReason.CRASHED
+        elif kind != AttemptOutcome.INTERRUPTED:
+            delay, stop = plan_retry(
+                claimed,
+                task,
+                exc,
+                lambda: task_result_for(
+                    claimed, task, worker_id=worker_id, error=(error_type, text)
+                ),
+            )
+    return Ran(
+        claimed.id,
+        kind,
+        error_type=error_type,
+        error_message=message,
+        error_traceback=text,
+        delay=delay,
+        stop_reason=stop,
+        started_at=started_at,
+        finished_at=now(),
+    )
+
+
+# --- the decision --------------------------------------------------------------------------
+
+
+class Outcome:
+    """Named constructors of the Finish that records an attempt's end."""
+
+    @staticmethod
+    def _base(claimed: Claimed, ran: Ran, worker_id: str) -> dict:
+        return dict(
+            job_id=claimed.id,
+            lease_id=claimed.lease_id,
+            worker_id=worker_id,
+            error_type=ran.error_type,
+            error_message=ran.error_message,
+            error_traceback=ran.error_traceback,
+            started_at=ran.started_at,
+            finished_at=ran.finished_at,
+        )
+
+    @staticmethod
+    def released(claimed: Claimed, worker_id: str) -> Finish:
+        """Handed back unstarted: no attempt ran, the job is due again as it was."""
+        return Finish(
+            job_id=claimed.id,
+            lease_id=claimed.lease_id,
+            state=JobState.PENDING,
+            outcome=None,
+            worker_id=worker_id,
+        )
+
+    @classmethod
+    def succeeded(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
+        return Finish(
+            **cls._base(claimed, ran, worker_id),
+            state=JobState.SUCCEEDED,
+            outcome=AttemptOutcome.SUCCEEDED,
+            return_json=ran.return_json,
+        )
+
+    @classmethod
+    def retry(
+        cls, claimed: Claimed, ran: Ran, worker_id: str, *, outcome, delay, give_back=False
+    ) -> Finish:
+        """Another attempt after `delay` seconds; `give_back` adds one to max_attempts."""
+        return Finish(
+            **cls._base(claimed, ran, worker_id),
+            state=JobState.RETRYING,
+            outcome=outcome,
+            delay=delay,
+            raise_max_attempts=give_back,
+        )
+
+    @classmethod
+    def dead_letter(cls, claimed: Claimed, ran: Ran, worker_id: str, *, outcome, reason) -> Finish:
+        return Finish(
+            **cls._base(claimed, ran, worker_id),
+            state=JobState.DEAD_LETTER,
+            outcome=outcome,
+            reason=reason,
+        )
+
+    @classmethod
+    def cancelled(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
+        return Finish(
+            **cls._base(claimed, ran, worker_id),
+            state=JobState.CANCELLED,
+            outcome=AttemptOutcome.CANCELLED,
+        )
+
+
+def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False) -> Finish:
+    """The one retry decision: what state the job goes to after this attempt."""
+    if ran.kind == "released":
+        return Outcome.released(claimed, worker_id)
+    if ran.kind == "ok":
+        return Outcome.succeeded(claimed, ran, worker_id)
+    if ran.kind == "poison":
+        return Outcome.dead_letter(
+            claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
+        )
+    if cancel_requested:
+        return Outcome.cancelled(claimed, ran, worker_id)
+    outcome = (
+        ran.kind
+        if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED)
+        else AttemptOutcome.FAILED  # a raised exception, a timeout, a crash
+    )
+    if ran.stop_reason:
+        return Outcome.dead_letter(claimed, ran, worker_id, outcome=outcome, reason=ran.stop_reason)
+    if outcome == AttemptOutcome.INTERRUPTED:
+        if claimed.attempt >= retry.MAX_ATTEMPTS:
+            # No attempt is left to give back: the stored maximum cannot go past 100.
+            return Outcome.dead_letter(
+                claimed, ran, worker_id, outcome=outcome, reason=DeadLetterReason.EXHAUSTED
+            )
+        # Not the task's fault: it goes back in line now, with one more attempt if needed.
+        return Outcome.retry(
+            claimed,
+            ran,
+            worker_id,
+            outcome=outcome,
+            delay=0,
+            give_back=claimed.attempt >= claimed.max_attempts,
+        )
+    if claimed.attempt >= claimed.max_attempts:
+        return Outcome.dead_letter(
+            claimed, ran, worker_id, outcome=outcome, reason=DeadLetterReason.EXHAUSTED
+        )
+    if ran.delay is None:
+        return Outcome.dead_letter(
+            claimed, ran, worker_id, outcome=outcome, reason=DeadLetterReason.UNRECOVERABLE
+        )
+    return Outcome.retry(claimed, ran, worker_id, outcome=outcome, delay=ran.delay)
+
+
+def duration_of(finish: Finish) -> float | None:
+    """Seconds the attempt ran, when both ends are known."""
+    if finish.started_at is None or finish.finished_at is None:
+        return None
+    return max(0.0, (finish.finished_at - finish.started_at).total_seconds())
+
+
+def announce(finish: Finish, claimed: Claimed | None) -> None:
+    """Send job_retry_scheduled / job_dead_lettered for an outcome that took effect."""
+    path = claimed.task_path if claimed else ""
+    attempt = claimed.attempt if claimed else None
+    common = dict(
+        sender=Finish,
+        job_id=finish.job_id,
+        task_path=path,
+        attempt=attempt,
+        error_type=finish.error_type,
+        error_message=finish.error_message,
+        duration=duration_of(finish),
+    )
+    if finish.state == JobState.RETRYING:
+        signals.job_retry_scheduled.send(**common, delay=finish.delay)
+    elif finish.state == JobState.DEAD_LETTER:
+        signals.job_dead_lettered.send(**common, reason=finish.reason)

@@ -1,0 +1,146 @@
+"""Running one claimed attempt in this process: a worker's executor, or inline in eager mode.
+
+`run_attempt` never raises: whatever the task does — return, raise any BaseException, raise
+one whose `__str__` misbehaves — comes back as a `Ran`, its failure described and its next
+attempt planned here, where the exception still exists.
+"""
+
+import inspect
+import json
+
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.signals import task_finished, task_started
+
+from . import payload
+from .errors import PoisonJob, Unrecoverable
+from .errortext import describe
+from .outcome import Ran, now, plan_retry, task_result_for
+from .states import DeadLetterReason
+from .store import Claimed
+from .tasks import JobContext, load_task
+
+_tasks: dict[str, tuple] = {}
+
+
+def _task_and_signature(task_path):
+    """The task at `task_path` and its function's signature, looked up once per process."""
+    found = _tasks.get(task_path)
+    if found is None:
+        task = load_task(task_path)
+        found = _tasks[task_path] = (task, inspect.signature(task.func))
+    return found
+
+
+def _decoded(stored):
+    """Stored arguments as Python values (most jobs take none: skip the parser for those)."""
+    if not isinstance(stored, str):
+        return stored
+    if stored == "[]":
+        return []
+    if stored == "{}":
+        return {}
+    return json.loads(stored)
+
+
+def _failed(claimed: Claimed, exc: BaseException, kind: str, started, **extra) -> Ran:
+    error_type, message, text = describe(exc)
+    return Ran(
+        claimed.id,
+        kind,
+        error_type=error_type,
+        error_message=message,
+        error_traceback=text,
+        started_at=started,
+        finished_at=now(),
+        **extra,
+    )
+
+
+def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
+    """Run the task of a claimed job once, here; never raises."""
+    started = now()
+    try:
+        task, signature = _task_and_signature(claimed.task_path)
+        args = _decoded(claimed.args_json)
+        kwargs = _decoded(claimed.kwargs_json)
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise PoisonJob("stored arguments are not a list and a dict")
+        if task.takes_context:
+            signature.bind(None, *args, **kwargs)
+        else:
+            signature.bind(*args, **kwargs)
+    except BaseException as exc:
+        return _failed(claimed, exc, "poison", started)
+    try:
+        return _run(claimed, task, args, kwargs, started, worker_id)
+    except BaseException as exc:  # a signal receiver failed, or describing a failure did
+        return _failed(claimed, exc, "error", started, stop_reason=DeadLetterReason.UNRECOVERABLE)
+
+
+def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
+    result = TaskResult(
+        task=task,
+        id=str(claimed.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=claimed.enqueued_at,
+        started_at=started,
+        finished_at=None,
+        last_attempted_at=started,
+        args=args,
+        kwargs=kwargs,
+        backend=claimed.backend,
+        errors=[],
+        worker_ids=[worker_id] * claimed.attempt,
+    )
+    backend = task.get_backend()
+    sender = type(backend)
+    task_started.send(sender=sender, task_result=result)
+    try:
+        if task.takes_context:
+            context = JobContext(
+                task_result=result,
+                attempt=claimed.attempt,
+                max_attempts=claimed.max_attempts,
+                job_id=str(claimed.id),
+            )
+            value = task.call(context, *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        return_json = payload.dumps(payload.check_json(value, "return value"))
+    except BaseException as exc:
+        # Executors ignore SIGINT and SIGTERM, so even KeyboardInterrupt and SystemExit come
+        # from the task itself: they fail this attempt like any other exception.
+        finished = now()
+        error_type, message, text = describe(exc)
+        stop, delay = "", None
+        if isinstance(exc, Unrecoverable):
+            stop = DeadLetterReason.UNRECOVERABLE
+        else:
+            delay, stop = plan_retry(
+                claimed,
+                task,
+                exc,
+                lambda: task_result_for(
+                    claimed, task, worker_id=worker_id, error=(error_type, text)
+                ),
+            )
+        object.__setattr__(result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(result, "finished_at", finished)
+        task_finished.send(sender=sender, task_result=result)
+        return Ran(
+            claimed.id,
+            "error",
+            error_type=error_type,
+            error_message=message,
+            error_traceback=text,
+            delay=delay,
+            stop_reason=stop,
+            started_at=started,
+            finished_at=finished,
+        )
+    finished = now()
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "finished_at", finished)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender=sender, task_result=result)
+    return Ran(claimed.id, "ok", return_json=return_json, started_at=started, finished_at=finished)
