@@ -40,6 +40,9 @@ REFRESH_SENT = """() => new Promise((resolve) => {
   setTimeout(() => { region.removeEventListener("htmx:beforeSend", seen); resolve(sent); }, 300);
 })"""
 
+SETTLED = """() => !document.querySelector(
+  ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added")"""
+
 
 def base_of(page):
     """The live server's address, from the page's URL."""
@@ -202,6 +205,8 @@ def test_live_refresh_says_when_it_pauses_and_can_be_turned_off_and_on(open_cons
     with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.id}/")):
         page.get_by_role("button", name="Turn live refresh on").click()
     expect(page.locator("[data-live-status]")).to_have_text("Live")
+    # The refreshed region is live once htmx has settled it (a fresh element polls too).
+    page.wait_for_function(SETTLED)
     assert page.evaluate(REFRESH_SENT) is True
 
 
