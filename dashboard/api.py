@@ -149,7 +149,7 @@ def action_response(result: actions.ActionResult):
     if not result.changed:
         return error(409, result.message, job=job_json(result.job))
     if result.new_job is not None:
-        location = reverse("api:job-detail", args=[result.new_job.id])
+        location = reverse("dashboard:api:job-detail", args=[result.new_job.id])
         return JsonResponse(job_json(result.new_job), status=201, headers={"Location": location})
     return JsonResponse(job_json(result.job))
 
@@ -198,9 +198,11 @@ def summary(request):
 
 @api_view("GET")
 def openapi_document(request):
-    return JsonResponse(openapi.document())
+    # The API lives wherever the host project mounted the console.
+    base = reverse("dashboard:api:job-list").removesuffix("/jobs")
+    return JsonResponse(openapi.document(base))
 
 
 @api_view("GET", "POST", "PUT", "PATCH", "DELETE")
 def not_found(request, rest=""):
-    return error(404, "no such API endpoint; see /api/v1/openapi.json")
+    return error(404, f"no such API endpoint; see {reverse('dashboard:api:openapi')}")

@@ -214,7 +214,7 @@ def _action(summary, description, ok_status, ok_description):
     }
 
 
-def document() -> dict:
+def document(base: str = "/api/v1") -> dict:
     return {
         "openapi": "3.0.3",
         "info": {
@@ -227,7 +227,7 @@ def document() -> dict:
                 "Prometheus metrics are at /metrics, with the same authentication."
             ),
         },
-        "servers": [{"url": "/api/v1"}],
+        "servers": [{"url": base}],
         "security": [{"bearerAuth": []}, {"sessionCookie": []}],
         "paths": {
             "/jobs": {

@@ -1,4 +1,10 @@
-from django.urls import path
+"""The console, its JSON API (`api/v1/...`) and Prometheus metrics (`metrics`), under one prefix.
+
+A host project mounts all three with `path("ops/", include("dashboard.urls"))`; the demo
+project mounts them at the root.
+"""
+
+from django.urls import include, path
 
 from . import views
 
@@ -14,4 +20,8 @@ urlpatterns = [
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
     path("workers/", views.worker_list, name="workers"),
     path("no-access/", views.no_access, name="no_access"),
+]
+urlpatterns += [
+    path("api/v1/", include("dashboard.api_urls")),
+    path("metrics", include("dashboard.metrics")),
 ]

@@ -8,14 +8,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from . import payload, retry, store
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
 from .errors import DuplicateJob
 from .states import JobState
 

@@ -13,11 +13,9 @@ import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.signals import task_finished, task_started
-
 from . import payload, retry, signals
 from .backend import JobContext, load_task
+from .compat import TaskResult, TaskResultStatus, task_finished, task_started
 from .errors import PoisonJob, Unrecoverable
 from .states import AttemptOutcome, DeadLetterReason, JobState
 from .store import Claimed, Finish

@@ -25,11 +25,11 @@ from django.db import (
     transaction,
 )
 from django.db.backends.signals import connection_created
-from django.tasks import task_backends
 from django.utils import timezone
 
 from . import executor as ex
 from . import startup_signals, store
+from .compat import task_backends
 from .errors import JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .models import Job, WorkerNode
 from .pool import Dispatcher, Executor, StopFlag

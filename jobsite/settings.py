@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -49,6 +50,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "jobs",
     "dashboard",
+    # The demo project itself: its tasks and the `demo` command.
+    "jobsite",
 ]
 
 MIDDLEWARE = [
@@ -63,6 +66,11 @@ MIDDLEWARE = [
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+# Django's built-in Content-Security-Policy (middleware and context processor) is new in 6.0;
+# on 5.2 LTS the other security headers still apply.
+HAS_BUILTIN_CSP = django.VERSION >= (6, 0)
+if not HAS_BUILTIN_CSP:
+    MIDDLEWARE.remove("django.middleware.csp.ContentSecurityPolicyMiddleware")
 
 ROOT_URLCONF = "jobsite.urls"
 WSGI_APPLICATION = "jobsite.wsgi.application"
@@ -78,8 +86,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "django.template.context_processors.csp",
-            ],
+            ]
+            + (["django.template.context_processors.csp"] if HAS_BUILTIN_CSP else []),
         },
     }
 ]
@@ -201,5 +209,6 @@ LOGGING = {
             "propagate": False,
         },
         "django.tasks": {"level": "WARNING"},
+        "django_tasks": {"level": "WARNING"},
     },
 }

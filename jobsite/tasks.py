@@ -3,8 +3,7 @@
 import random
 import time
 
-from django.tasks import task
-
+from jobs.compat import task
 from jobs.errors import Unrecoverable
 from jobs.retry import Exponential, Fixed, NoRetry
 

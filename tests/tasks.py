@@ -4,8 +4,7 @@ import os
 import time
 from pathlib import Path
 
-from django.tasks import task
-
+from jobs.compat import task
 from jobs.errors import Unrecoverable
 from jobs.retry import Exponential, Fixed, NoRetry
 

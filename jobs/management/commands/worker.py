@@ -1,8 +1,8 @@
 import argparse
 
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks import task_backends
 
+from jobs.compat import task_backends
 from jobs.worker import Worker, WorkerConfig
 
 
