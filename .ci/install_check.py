@@ -139,13 +139,27 @@ def main():
         python = venv / "bin" / "python"
         run(sys.executable, "-m", "venv", venv)
         requirement = f"{wheel}[django52]" if options.django == "5.2" else str(wheel)
-        run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement,
-            DJANGO[options.django])
+        run(
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            requirement,
+            DJANGO[options.django],
+        )
         installed = run(python, "-m", "pip", "list", "--format=freeze", capture=True)
         check("jobsite==" in installed, "the wheel installed")
         run(python, "-c", "import jobs, dashboard")
-        site = Path(run(python, "-c", "import jobs, os; print(os.path.dirname(os.path.dirname("
-                        "jobs.__file__)))", capture=True).strip())
+        site = Path(
+            run(
+                python,
+                "-c",
+                "import jobs, os; print(os.path.dirname(os.path.dirname(jobs.__file__)))",
+                capture=True,
+            ).strip()
+        )
         for package in ["jobsite", "tests", "bench"]:
             check(not (site / package).exists(), f"the wheel brings no {package}/ package")
 
@@ -159,7 +173,7 @@ def main():
         urls = urls.replace("from django.urls import path", "from django.urls import include, path")
         urls = urls.replace(
             "path('admin/', admin.site.urls),",
-            "path('admin/', admin.site.urls),\n    path(\"ops/\", include(\"dashboard.urls\")),",
+            'path(\'admin/\', admin.site.urls),\n    path("ops/", include("dashboard.urls")),',
         ).replace(
             'path("admin/", admin.site.urls),',
             'path("admin/", admin.site.urls),\n    path("ops/", include("dashboard.urls")),',
@@ -178,11 +192,20 @@ def main():
         check(version.startswith(options.django), f"the project runs Django {version}")
         run(*manage, "check", cwd=project, env=env)
         run(*manage, "migrate", "--no-input", "-v", "0", cwd=project, env=env)
-        run(*manage, "makemigrations", "--check", "--dry-run", "jobs", "dashboard",
-            cwd=project, env=env)
+        run(
+            *manage,
+            "makemigrations",
+            "--check",
+            "--dry-run",
+            "jobs",
+            "dashboard",
+            cwd=project,
+            env=env,
+        )
 
-        out = run(*manage, "enqueue", "hostsite.tasks.add", "2", "3", cwd=project, env=env,
-                  capture=True)
+        out = run(
+            *manage, "enqueue", "hostsite.tasks.add", "2", "3", cwd=project, env=env, capture=True
+        )
         job_id = out.splitlines()[-1].strip()
         check(re.fullmatch(r"[0-9a-f-]{36}", job_id) is not None, f"enqueue printed job {job_id}")
         run(*manage, "worker", "--burst", cwd=project, env=env)
@@ -192,26 +215,36 @@ def main():
             "u = User.objects.create_superuser('ops', 'ops@example.com', 'correct-horse-42'); "
         )
         run(*manage, "shell", "-c", create_user, cwd=project, env=env)
-        token = run(*manage, "create_api_token", "ops", cwd=project, env=env,
-                    capture=True).splitlines()[-1].strip()
+        token = (
+            run(*manage, "create_api_token", "ops", cwd=project, env=env, capture=True)
+            .splitlines()[-1]
+            .strip()
+        )
 
         port = free_port()
         server = subprocess.Popen(
             [*map(str, manage), "runserver", f"127.0.0.1:{port}", "--noreload"],
-            cwd=project, env=env,
+            cwd=project,
+            env=env,
         )
         browser = Browser(f"http://127.0.0.1:{port}")
         wait_until_serving(browser, server)
 
         status, headers, _ = browser.request("/ops/")
-        check(status == 302 and headers["Location"].startswith("/admin/login/?next=/ops/"),
-              f"anonymous /ops/ goes to the project's login ({status} {headers.get('Location')})")
+        check(
+            status == 302 and headers["Location"].startswith("/admin/login/?next=/ops/"),
+            f"anonymous /ops/ goes to the project's login ({status} {headers.get('Location')})",
+        )
         status, _, page = browser.request("/admin/login/?next=/ops/")
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
         status, headers, _ = browser.request(
             "/admin/login/?next=/ops/",
-            {"csrfmiddlewaretoken": csrf, "username": "ops", "password": "correct-horse-42",
-             "next": "/ops/"},
+            {
+                "csrfmiddlewaretoken": csrf,
+                "username": "ops",
+                "password": "correct-horse-42",
+                "next": "/ops/",
+            },
             headers={"Referer": f"http://127.0.0.1:{port}/admin/login/"},
         )
         check(status == 302 and headers["Location"] == "/ops/", "logged in through the admin")
@@ -220,19 +253,25 @@ def main():
         status, _, page = browser.request(f"/ops/jobs/{job_id}/")
         check(status == 200 and "hostsite.tasks.add" in page, "the job's page under /ops/")
         status, _, fragment = browser.request("/ops/jobs/", headers={"HX-Request": "true"})
-        check(status == 200 and "<html" not in fragment and job_id in fragment,
-              "an HTMX request gets the fragment (no middleware in the project)")
+        check(
+            status == 200 and "<html" not in fragment and job_id in fragment,
+            "an HTMX request gets the fragment (no middleware in the project)",
+        )
         status, _, script = browser.request("/static/dashboard/htmx.min.js")
         check(status == 200 and "htmx" in script[:300], "the console's static files are served")
 
         auth = {"Authorization": f"Bearer {token}"}
         status, _, body = browser.request(f"/ops/api/v1/jobs/{job_id}", headers=auth)
         job = json.loads(body)
-        check(status == 200 and job["state"] == "succeeded" and job["return_value"] == 5,
-              f"the worker ran the job: {job.get('state')} -> {job.get('return_value')}")
+        check(
+            status == 200 and job["state"] == "succeeded" and job["return_value"] == 5,
+            f"the worker ran the job: {job.get('state')} -> {job.get('return_value')}",
+        )
         status, _, body = browser.request("/ops/api/v1/jobs", headers=auth)
-        check(status == 200 and json.loads(body)["results"][0]["id"] == job_id,
-              "GET /ops/api/v1/jobs with a token")
+        check(
+            status == 200 and json.loads(body)["results"][0]["id"] == job_id,
+            "GET /ops/api/v1/jobs with a token",
+        )
         status, _, body = browser.request("/ops/metrics", headers=auth)
         check(status == 200 and "jobs_succeeded" in body, "GET /ops/metrics with a token")
         print(f"install check passed on Django {version}", flush=True)
