@@ -1,5 +1,7 @@
 """jobsite's benchmark tasks (`manage.py worker` imports them: it runs from the repo root)."""
 
+import time
+
 from django.tasks import task
 
 from bench.peers.common import run_job
@@ -15,3 +17,9 @@ def noop(i):
 @task(max_attempts=3, backoff=Fixed(0))
 def retried(i):
     run_job(i)
+
+
+@task()
+def sleep_ms(ms):
+    """A job that takes `ms` milliseconds of wall time (the mixed workload of bench/baseline.py)."""
+    time.sleep(ms / 1000)

@@ -1,0 +1,220 @@
+"""jobsite against the naive loops a queue must beat, in one run, reported as ratios.
+
+    .venv/bin/python bench/baseline.py --db postgres            # 10,000 jobs, concurrency 4
+    .venv/bin/python bench/baseline.py --db sqlite --jobs 5000
+    .venv/bin/python bench/baseline.py --db postgres --mixed    # plus the 1/10/100 ms mix
+    .venv/bin/python bench/baseline.py --db postgres --memory   # plus the worker's PSS
+
+The baselines, written here so every run measures them beside jobsite in the same database:
+
+- naive drain: one `UPDATE ... WHERE id = (SELECT ... LIMIT 1 [FOR UPDATE SKIP LOCKED])`
+  claim plus one completion `UPDATE` per job, autocommit, from one process. PostgreSQL: on a
+  temporary table; SQLite: on a regular table in the same WAL database file as the jobs.
+- naive insert: one single-row `INSERT` per job with a commit each, into the same kind of
+  table.
+
+jobsite's side is `bench/throughput.py`'s: `manage.py worker --burst` processes draining
+pre-enqueued no-op jobs (every job checked to have run exactly once), and `.enqueue()` one call
+at a time. Not part of the test suite.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.throughput import (  # noqa: E402
+    check_exactly_once,
+    log,
+    reset,
+    scratch_database,
+    setup_django,
+    worker_env,
+)
+
+NAIVE_TABLE = "bench_naive_jobs"
+
+
+def _naive_table(cursor, vendor):
+    if vendor == "postgresql":
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {NAIVE_TABLE} (id bigserial PRIMARY KEY, "
+            "state text NOT NULL DEFAULT 'pending', args jsonb NOT NULL DEFAULT '[]', "
+            "run_after timestamptz NOT NULL DEFAULT now())"
+        )
+    else:
+        cursor.execute(f"DROP TABLE IF EXISTS {NAIVE_TABLE}")
+        cursor.execute(
+            f"CREATE TABLE {NAIVE_TABLE} (id integer PRIMARY KEY AUTOINCREMENT, "
+            "state text NOT NULL DEFAULT 'pending', args text NOT NULL DEFAULT '[]', "
+            "run_after text NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+    cursor.execute(
+        f"CREATE INDEX {NAIVE_TABLE}_due ON {NAIVE_TABLE} (state, run_after, id) "
+        "WHERE state = 'pending'"
+    )
+
+
+def naive(n):
+    """(inserts/s, claims+completions/s) of the naive loops, on Django's own connection."""
+    from django.db import connection
+
+    vendor = connection.vendor
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        _naive_table(cursor, vendor)
+        start = time.perf_counter()
+        for _ in range(n):
+            cursor.execute(f"INSERT INTO {NAIVE_TABLE} (args) VALUES ('[]')")  # autocommit
+        inserts = n / (time.perf_counter() - start)
+        lock = "FOR UPDATE SKIP LOCKED" if vendor == "postgresql" else ""
+        now = "now()" if vendor == "postgresql" else "CURRENT_TIMESTAMP"
+        claim = (
+            f"UPDATE {NAIVE_TABLE} SET state = 'running' WHERE id = (SELECT id FROM {NAIVE_TABLE} "
+            f"WHERE state = 'pending' AND run_after <= {now} ORDER BY run_after, id LIMIT 1 "
+            f"{lock}) RETURNING id"
+        )
+        done = f"UPDATE {NAIVE_TABLE} SET state = 'succeeded' WHERE id = %s"
+        start = time.perf_counter()
+        drained = 0
+        while True:
+            cursor.execute(claim)
+            row = cursor.fetchone()
+            if row is None:
+                break
+            cursor.execute(done, [row[0]])
+            drained += 1
+        rate = drained / (time.perf_counter() - start)
+        if drained != n:
+            raise SystemExit(f"naive loop drained {drained} of {n}")
+        cursor.execute(f"DROP TABLE {NAIVE_TABLE}")
+    return inserts, rate
+
+
+def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None):
+    """Enqueue n jobs in bulk, then time burst workers over them from first start to last end."""
+    from django.tasks import task_backends  # noqa: F401  (the backend must be loaded)
+    from django.utils.module_loading import import_string
+
+    from jobs.models import Job
+
+    fn = import_string(task)
+    calls = [((args_for(i) if args_for else ()), {}) for i in range(n)]
+    fn.enqueue_many(calls)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
+        cwd=ROOT,
+        env=worker_env(url),
+    )
+    if proc.wait(timeout=3600) != 0:
+        raise SystemExit(f"worker exited with {proc.returncode}")
+    done = Job.objects.filter(state="succeeded").order_by()
+    first = done.order_by("started_at").values_list("started_at", flat=True).first()
+    last = done.order_by("-finished_at").values_list("finished_at", flat=True).first()
+    check_exactly_once(n)
+    pickups = sorted(
+        (s - max(e, r)).total_seconds() * 1000
+        for e, r, s in done.values_list("enqueued_at", "run_after", "started_at")
+    )
+    p99 = pickups[min(len(pickups) - 1, int(len(pickups) * 0.99))]
+    return n / (last - first).total_seconds(), p99
+
+
+def jobsite_single_enqueue(n):
+    from jobsite.tasks import noop
+
+    start = time.perf_counter()
+    for _ in range(n):
+        noop.enqueue()
+    return n / (time.perf_counter() - start)
+
+
+def worker_pss_mb(url, concurrency, seconds=8.0):
+    """Proportional set size of a worker and its executors, idle after start-up, in MB."""
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--concurrency", str(concurrency)],
+        cwd=ROOT,
+        env=worker_env(url),
+    )
+    try:
+        time.sleep(seconds)
+        pids = [proc.pid] + _children(proc.pid)
+        per = {pid: _pss_kb(pid) / 1024 for pid in pids}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    executors = [v for pid, v in per.items() if pid != proc.pid]
+    return sum(per.values()), per[proc.pid], (statistics.mean(executors) if executors else 0.0)
+
+
+def _children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    found = [int(p) for p in out.split()]
+    return found + [c for p in found for c in _children(p)]
+
+
+def _pss_kb(pid):
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--mixed", action="store_true", help="also a 1/10/100 ms job mix")
+    parser.add_argument("--memory", action="store_true", help="also the worker's PSS")
+    args = parser.parse_args()
+    url = scratch_database(args.db)
+    setup_django(url)
+    log(f"== {args.db}: {args.jobs} jobs, worker --concurrency {args.concurrency}")
+    naive_insert, naive_drain = naive(args.jobs)
+    log(f"naive loop: {naive_insert:,.0f} inserts/s, {naive_drain:,.0f} claims+completions/s")
+    single = jobsite_single_enqueue(min(args.jobs, 2000))
+    reset()
+    log(f"jobsite single enqueue: {single:,.0f}/s = {single / naive_insert:.2f}x the naive insert")
+    rate, p99 = jobsite_drain(url, args.jobs, args.concurrency)
+    reset()
+    log(f"jobsite drain: {rate:,.0f} jobs/s = {rate / naive_drain:.2f}x the naive loop")
+    result = (
+        f"RESULT {args.db} naive_insert={naive_insert:.0f} naive_drain={naive_drain:.0f} "
+        f"single={single:.0f} drain={rate:.0f} drain_ratio={rate / naive_drain:.2f} "
+        f"single_ratio={single / naive_insert:.2f}"
+    )
+    if args.mixed:
+        n = max(300, args.jobs // 20)
+        mixed, mixed_p99 = jobsite_drain(
+            url,
+            n,
+            args.concurrency,
+            task="bench.peers.jobsite_tasks.sleep_ms",
+            args_for=lambda i: ((1, 10, 100)[i % 3],),
+        )
+        reset()
+        log(
+            f"jobsite mixed 1/10/100 ms ({n} jobs): {mixed:,.0f} jobs/s, "
+            f"pickup p99 {mixed_p99:.0f} ms"
+        )
+        result += f" mixed={mixed:.0f} mixed_p99_ms={mixed_p99:.0f}"
+    if args.memory:
+        total, parent, per_executor = worker_pss_mb(url, args.concurrency)
+        log(
+            f"worker PSS at --concurrency {args.concurrency}: {total:.0f} MB "
+            f"(worker {parent:.0f} MB, {per_executor:.0f} MB per executor)"
+        )
+        result += f" pss_mb={total:.0f} per_executor_mb={per_executor:.0f}"
+    print(result)
+
+
+if __name__ == "__main__":
+    main()
