@@ -15,6 +15,7 @@ Never part of the test run.
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -295,6 +296,8 @@ def main():
     server = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
     os.environ["DATABASE_URL"] = f"{server}/{args.database}"
     os.environ["DJANGO_SETTINGS_MODULE"] = "jobsite.settings"
+    # The settings refuse to load without a key; the workers started here inherit this one.
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     if not args.reuse:
         recreate_database(server, args.database)
 

@@ -10,6 +10,7 @@ Not part of the test suite: numbers go to bench/README.md.
 
 import argparse
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,8 @@ def scratch_database(kind):
 def setup_django(url):
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+    # The settings refuse to load without a key; the workers started here inherit this one.
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     sys.path.insert(0, str(ROOT))
     import django
 

@@ -147,7 +147,8 @@ def action_response(result: actions.ActionResult):
     if result.job is None:
         return no_such_job()
     if not result.changed:
-        return error(409, result.message, job=job_json(result.job))
+        held_by = {"held_by": str(result.held_by)} if result.held_by else {}
+        return error(409, result.message, job=job_json(result.job), **held_by)
     if result.new_job is not None:
         location = reverse("dashboard:api:job-detail", args=[result.new_job.id])
         return JsonResponse(job_json(result.new_job), status=201, headers={"Location": location})

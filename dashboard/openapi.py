@@ -134,6 +134,10 @@ SCHEMAS = {
         "properties": {
             "error": {"type": "string", "description": "Why the action was not taken."},
             "job": _ref("Job"),
+            "held_by": {
+                **UUID,
+                "description": "A retry refused because this job holds the same dedup_key.",
+            },
         },
     },
 }

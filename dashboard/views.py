@@ -207,6 +207,9 @@ def _report(request, result, job_id):
     if result.new_job is not None:
         url = reverse("dashboard:job", args=[result.new_job.id])
         text = format_html('{}: <a href="{}">open the new run</a>', result.message, url)
+    elif result.held_by is not None:
+        url = reverse("dashboard:job", args=[result.held_by])
+        text = format_html('{}: <a href="{}">open that job</a>', result.message, url)
     else:
         text = result.message
     (messages.success if result.changed else messages.warning)(request, text)

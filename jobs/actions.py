@@ -29,6 +29,8 @@ class ActionResult:
     message: str
     job: Job | None = None
     new_job: Job | None = None
+    # The job that holds this job's dedup_key, when that is what stopped a retry.
+    held_by: uuid.UUID | None = None
 
 
 def _job_id(job_or_id):
@@ -60,8 +62,36 @@ def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
     if job_id is None:
         return ActionResult(False, "no such job")
     with transaction.atomic():
+        try:
+            changed = _put_back_in_line(job_id)
+        except IntegrityError:
+            # Another job took the dedup_key while this one was terminal; the partial unique
+            # index decided, so two concurrent retries or enqueues never both win.
+            refused = _refused_for_dedup_key(job_id, user=user, source=source)
+            if refused is None:
+                raise
+            return refused
+        state = _state_of(job_id)
+        if state is None:
+            return ActionResult(False, "no such job")
+        if changed:
+            message = "job put back in line"
+        elif state in RETRYABLE:
+            message = "job used all 100 attempts; rerun it instead"
+        else:
+            message = f"job already {_words(state)}"
+        _audit(job_id, "retry", message, user=user, source=source)
+        if changed:
+            store.notify_workers()
+    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
+def _put_back_in_line(job_id) -> int:
+    # A savepoint: a dedup_key conflict rolls back this update only (PostgreSQL would otherwise
+    # refuse every later statement of the transaction).
+    with transaction.atomic():
         # attempt < 100: a job that used the largest allowed number of attempts can only rerun.
-        changed = Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=100).update(
+        return Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=100).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
             finished_at=None,
@@ -79,19 +109,20 @@ def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
                 100, F("max_attempts") + (F("attempt") + 1 - F("max_attempts")) * _exhausted()
             ),
         )
-        state = _state_of(job_id)
-        if state is None:
-            return ActionResult(False, "no such job")
-        if changed:
-            message = "job put back in line"
-        elif state in RETRYABLE:
-            message = "job used all 100 attempts; rerun it instead"
-        else:
-            message = f"job already {_words(state)}"
-        _audit(job_id, "retry", message, user=user, source=source)
-        if changed:
-            store.notify_workers()
-    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
+def _refused_for_dedup_key(job_id, *, user, source) -> ActionResult | None:
+    job = Job.objects.get(id=job_id)
+    if not job.dedup_key:
+        return None
+    holder = Job.objects.holding_dedup_key(job.dedup_key).values_list("id", flat=True).first()
+    if holder is None:
+        # The holder finished in the meantime; the key is free again, but this press lost.
+        message = f"dedup_key {job.dedup_key!r} was taken by another job; try again"
+    else:
+        message = f"dedup_key {job.dedup_key!r} is held by job {holder}; retry it once that ends"
+    _audit(job_id, "retry", message, user=user, source=source)
+    return ActionResult(False, message, job=job, held_by=holder)
 
 
 def _exhausted():

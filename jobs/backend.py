@@ -209,6 +209,8 @@ class JobsBackend(BaseTaskBackend):
             with transaction.atomic():
                 row["parent_id"], row["state"] = self._continuation_state(after)
                 self._insert(row)
+                if row["state"] == JobState.CANCELLED:
+                    store.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
         task_enqueued.send(type(self), task_result=result)
         if self.eager:

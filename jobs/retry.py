@@ -2,8 +2,14 @@
 
 No clock and no database in here. `delay(attempt, rng)` is the number of seconds to wait after
 failed attempt `attempt` (1, 2, ...); pass a seeded `random.Random` for repeatable jitter.
+
+Jitter shapes, each off at 0 and combinable: `jitter` adds uniform(0, jitter) seconds,
+`jitter_abs` adds uniform(-jitter_abs, +jitter_abs) seconds, then `jitter_ratio` moves the
+delay by up to ± that fraction and `jitter_up_ratio` lengthens it by up to that fraction.
+`max` is a hard cap applied last: no delay is ever above it, nor below 0.
 """
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -15,21 +21,17 @@ MAX_DELAY = 10 * 365 * 86400.0
 MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
 
 
-def _jittered(delay: float, jitter: float, jitter_ratio: float, rng: random.Random | None) -> float:
-    rng = rng or random
-    if jitter:
-        delay += rng.uniform(0, jitter)
-    if jitter_ratio:
-        delay += delay * rng.uniform(-jitter_ratio, jitter_ratio)
-    return max(0.0, delay)
-
-
 def _check_non_negative(**values):
     for name, value in values.items():
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"{name} must be a number >= 0, not {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
 
 
 def _check_attempt(attempt: int):
@@ -39,41 +41,72 @@ def _check_attempt(attempt: int):
 
 @dataclass(frozen=True, kw_only=True)
 class _Policy:
-    jitter: float = 0
-    jitter_ratio: float = 0
+    jitter: float = 0  # + uniform(0, jitter) seconds
+    jitter_ratio: float = 0  # ± up to this fraction of the delay
+    jitter_abs: float = 0  # ± uniform(-jitter_abs, +jitter_abs) seconds
+    jitter_up_ratio: float = 0  # + up to this fraction of the delay (0.25: up to +25 %)
 
-    def __post_init__(self):
-        _check_non_negative(jitter=self.jitter, jitter_ratio=self.jitter_ratio)
+    def _set(self, **values):
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        _check_non_negative(**values)
         if self.jitter_ratio > 1:
             raise ValueError(f"jitter_ratio must be between 0 and 1, not {self.jitter_ratio!r}")
 
     def base_delay(self, attempt: int) -> float:
         raise NotImplementedError
 
+    def cap(self) -> float | None:
+        return None
+
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         _check_attempt(attempt)
-        return _jittered(self.base_delay(attempt), self.jitter, self.jitter_ratio, rng)
+        rng = rng or random
+        # Only the shapes in use draw from rng, so a seeded source repeats across versions.
+        delay = self.base_delay(attempt)
+        if self.jitter:
+            delay += rng.uniform(0, self.jitter)
+        if self.jitter_abs:
+            delay += rng.uniform(-self.jitter_abs, self.jitter_abs)
+        if self.jitter_ratio:
+            delay += delay * rng.uniform(-self.jitter_ratio, self.jitter_ratio)
+        if self.jitter_up_ratio:
+            delay += delay * rng.uniform(0, self.jitter_up_ratio)
+        cap = self.cap()
+        return max(0.0, delay if cap is None else min(delay, cap))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Exponential(_Policy):
-    """min(base * multiplier**(n-1), max) + uniform(0, jitter)."""
+    """min(base * multiplier**(n-1), max) + uniform(0, jitter), never above max."""
 
     base: float
     multiplier: float = 2
     max: float | None = None
 
-    def __init__(self, base, multiplier=2, max=None, jitter=0, jitter_ratio=0):
-        for name, value in [
-            ("base", base),
-            ("multiplier", multiplier),
-            ("max", max),
-            ("jitter", jitter),
-            ("jitter_ratio", jitter_ratio),
-        ]:
-            object.__setattr__(self, name, value)
-        _check_non_negative(base=base, multiplier=multiplier, max=max)
-        self.__post_init__()
+    def __init__(
+        self,
+        base,
+        multiplier=2,
+        max=None,
+        jitter=0,
+        jitter_ratio=0,
+        *,
+        jitter_abs=0,
+        jitter_up_ratio=0,
+    ):
+        self._set(
+            base=base,
+            multiplier=multiplier,
+            max=max,
+            jitter=jitter,
+            jitter_ratio=jitter_ratio,
+            jitter_abs=jitter_abs,
+            jitter_up_ratio=jitter_up_ratio,
+        )
+
+    def cap(self):
+        return self.max
 
     def base_delay(self, attempt):
         try:
@@ -86,23 +119,27 @@ class Exponential(_Policy):
 
 @dataclass(frozen=True, kw_only=True)
 class Linear(_Policy):
-    """min(base + step * (n-1), max) + uniform(0, jitter)."""
+    """min(base + step * (n-1), max) + uniform(0, jitter), never above max."""
 
     base: float
     step: float
     max: float | None = None
 
-    def __init__(self, base, step, max=None, jitter=0, jitter_ratio=0):
-        for name, value in [
-            ("base", base),
-            ("step", step),
-            ("max", max),
-            ("jitter", jitter),
-            ("jitter_ratio", jitter_ratio),
-        ]:
-            object.__setattr__(self, name, value)
-        _check_non_negative(base=base, step=step, max=max)
-        self.__post_init__()
+    def __init__(
+        self, base, step, max=None, jitter=0, jitter_ratio=0, *, jitter_abs=0, jitter_up_ratio=0
+    ):
+        self._set(
+            base=base,
+            step=step,
+            max=max,
+            jitter=jitter,
+            jitter_ratio=jitter_ratio,
+            jitter_abs=jitter_abs,
+            jitter_up_ratio=jitter_up_ratio,
+        )
+
+    def cap(self):
+        return self.max
 
     def base_delay(self, attempt):
         delay = self.base + self.step * (attempt - 1)
@@ -115,12 +152,15 @@ class Fixed(_Policy):
 
     delay_seconds: float
 
-    def __init__(self, delay, jitter=0, jitter_ratio=0):
-        object.__setattr__(self, "delay_seconds", delay)
-        object.__setattr__(self, "jitter", jitter)
-        object.__setattr__(self, "jitter_ratio", jitter_ratio)
+    def __init__(self, delay, jitter=0, jitter_ratio=0, *, jitter_abs=0, jitter_up_ratio=0):
         _check_non_negative(delay=delay)
-        self.__post_init__()
+        self._set(
+            delay_seconds=delay,
+            jitter=jitter,
+            jitter_ratio=jitter_ratio,
+            jitter_abs=jitter_abs,
+            jitter_up_ratio=jitter_up_ratio,
+        )
 
     def base_delay(self, attempt):
         return self.delay_seconds
@@ -154,7 +194,10 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
         raise ValueError(
             f"BACKOFF strategy {strategy!r} is unknown; use one of {sorted(_STRATEGIES)}"
         ) from None
-    return cls(**options)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise ValueError(f"BACKOFF for strategy {strategy!r}: {exc}") from None
 
 
 def is_backoff(value) -> bool:

@@ -806,7 +806,10 @@ def release_continuations(parent_ids, *, cursor=None):
 
 
 def cancel_continuations(parent_ids, *, cursor=None):
-    """Continuations of parents that ended unsuccessfully are cancelled, recursively."""
+    """Continuations of parents that ended unsuccessfully are cancelled, recursively.
+
+    Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended the parent.
+    """
     d = dialect()
     total = 0
     frontier = list(parent_ids)
@@ -820,6 +823,7 @@ def cancel_continuations(parent_ids, *, cursor=None):
         )
         total += len(cancelled)
         frontier = cancelled
+    add_counters({"jobs_cancelled": total}, cursor=cursor)
     return total
 
 

@@ -6,6 +6,7 @@ SQLite file beside this project is used, in WAL mode so a worker and the web ser
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -23,11 +24,18 @@ def env_flag(name, default=False):
 
 
 DEBUG = env_flag("DJANGO_DEBUG", False)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
 if not SECRET_KEY:
-    if not DEBUG and env_flag("JOBSITE_REQUIRE_SECRET", False):
-        raise ImproperlyConfigured("Set DJANGO_SECRET_KEY to a long random string.")
-    # Local use only: a fixed development key. Production sets DJANGO_SECRET_KEY.
+    if not DEBUG:
+        # Anyone who knows the key can forge sessions and signed cookies: every process that
+        # loads these settings (web server, worker, manage.py) stops here instead.
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random string kept secret, e.g. "
+            "the output of: python -c 'import secrets; print(secrets.token_urlsafe(50))'. "
+            "(./dev up and ./dev test make one for local use; DJANGO_DEBUG=1 runs with a "
+            "public development key.)"
+        )
+    # DJANGO_DEBUG=1 only: a fixed development key, public in this repository.
     SECRET_KEY = "jobsite-local-development-key-not-for-production-use-0123456789"
 
 ALLOWED_HOSTS = [
@@ -48,6 +56,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "jobs",
     "dashboard",
     # The demo project itself: its tasks and the `demo` command.
@@ -65,6 +74,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a throttled login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 # Django's built-in Content-Security-Policy (middleware and context processor) is new in 6.0;
 # on 5.2 LTS the other security headers still apply.
@@ -145,6 +156,20 @@ TASKS = {
     }
 }
 
+# Login throttling (django-axes): 5 failures for one username, or from one client address,
+# within 15 minutes refuse further attempts for 15 minutes (from the last counted failure;
+# attempts while refused are not counted, so the wait does not grow). API tokens are not logins.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_CALLABLE = "jobsite.lockout.lockout_response"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -192,6 +217,21 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# HTTPS. HSTS is sent on HTTPS responses only. Behind a reverse proxy that terminates TLS, Django
+# sees plain HTTP unless told which header says otherwise: opt in only when the proxy always sets
+# (overwrites) X-Forwarded-Proto, or any client could claim HTTPS.
+if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT")
+try:
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+except ValueError:
+    raise ImproperlyConfigured(
+        "DJANGO_SECURE_HSTS_SECONDS must be a whole number of seconds"
+    ) from None
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD")
 
 LOGGING = {
     "version": 1,

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from jobs import actions
-from jobs.models import Attempt, AuditEntry, Job
+from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import TERMINAL, JobState
 from tests.factories import add_attempts, make_job
 
@@ -131,6 +131,14 @@ def test_cancelling_a_parent_cancels_its_waiting_continuations():
     }
 
 
+def test_cancelling_a_parent_counts_each_continuation_it_cancels():
+    parent = make_job()
+    child = make_job(JobState.SCHEDULED, parent=parent)
+    make_job(JobState.SCHEDULED, parent=child)
+    actions.cancel(parent.id)
+    assert CounterDelta.objects.totals().get("jobs_cancelled") == 3
+
+
 def test_actions_on_unknown_or_malformed_ids_change_nothing():
     for job_id in (uuid.uuid4(), "nonsense", None):
         assert actions.retry(job_id) is False
@@ -183,3 +191,73 @@ def test_a_rerun_with_the_same_request_key_has_one_effect():
     assert Job.objects.filter(rerun_of=original).count() == 1
     third = actions.rerun_job(original.id, request_key="press-2")
     assert third.changed and Job.objects.filter(rerun_of=original).count() == 2
+
+
+def _dead_letter_whose_key_was_taken():
+    dead = make_job(JobState.DEAD_LETTER, dedup_key="welcome-42")
+    holder = make_job(JobState.PENDING, dedup_key="welcome-42")
+    return dead, holder
+
+
+def test_retry_of_a_dead_letter_whose_dedup_key_was_taken_is_refused_naming_the_holder():
+    dead, holder = _dead_letter_whose_key_was_taken()
+
+    assert actions.retry(dead.id) is False
+    result = actions.retry_job(dead.id)
+
+    assert result.changed is False
+    assert result.held_by == holder.id
+    assert str(holder.id) in result.message
+    assert "welcome-42" in result.message
+    dead.refresh_from_db()
+    assert dead.state == JobState.DEAD_LETTER
+    assert AuditEntry.objects.filter(job=dead, outcome=result.message).count() == 2
+
+
+def test_a_refused_retry_leaves_the_transaction_usable():
+    dead, holder = _dead_letter_whose_key_was_taken()
+    other = make_job(JobState.DEAD_LETTER)
+    from django.db import transaction
+
+    with transaction.atomic():
+        assert actions.retry(dead.id) is False
+        assert actions.retry(other.id) is True
+    other.refresh_from_db()
+    assert other.state == JobState.PENDING
+
+
+def test_retry_succeeds_once_the_holder_of_the_dedup_key_has_finished():
+    dead, holder = _dead_letter_whose_key_was_taken()
+    Job.objects.filter(id=holder.id).update(
+        state=JobState.SUCCEEDED, finished_at=holder.enqueued_at, attempt=1
+    )
+    assert actions.retry(dead.id) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_of_two_dead_letters_sharing_a_dedup_key_let_one_win():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    jobs = [make_job(JobState.DEAD_LETTER, dedup_key="shared") for _ in range(6)]
+    barrier = threading.Barrier(len(jobs))
+    results, errors = [], []
+
+    def attempt(job):
+        barrier.wait()
+        try:
+            results.append(actions.retry_job(job.id))
+        except Exception as exc:  # a raise here is the bug under test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    winners = [r for r in results if r.changed]
+    assert len(winners) == 1
+    assert Job.objects.filter(dedup_key="shared", state=JobState.PENDING).count() == 1
+    assert {r.held_by for r in results if not r.changed} <= {winners[0].job.id, None}

@@ -324,6 +324,21 @@ def test_retry_of_a_succeeded_job_is_a_409_saying_why_with_the_job(client, opera
     assert response.json()["job"]["state"] == "succeeded"
 
 
+def test_retry_of_a_dead_letter_whose_dedup_key_was_taken_is_a_409_naming_the_holder(
+    client, operator_headers
+):
+    dead = make_job(JobState.DEAD_LETTER, dedup_key="report-7")
+    holder = make_job(JobState.PENDING, dedup_key="report-7")
+
+    response = client.post(f"/api/v1/jobs/{dead.id}/retry", headers=operator_headers)
+
+    assert response.status_code == 409
+    assert response["Content-Type"] == "application/json"
+    assert str(holder.id) in response.json()["error"]
+    assert response.json()["held_by"] == str(holder.id)
+    assert response.json()["job"]["state"] == "dead_letter"
+
+
 def test_rerun_creates_a_new_job_pointing_at_the_original(client, operator_headers):
     job = make_job(JobState.DEAD_LETTER, args=[5, 6], queue_name="emails")
 

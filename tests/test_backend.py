@@ -184,6 +184,12 @@ def test_a_continuation_of_a_dead_parent_is_cancelled():
     assert Job.objects.get(id=child.id).state == JobState.CANCELLED
 
 
+def test_a_continuation_of_a_dead_parent_counts_as_cancelled():
+    parent = make_job(JobState.DEAD_LETTER)
+    tasks.add.using(after=parent).enqueue(2, 2)
+    assert CounterDelta.objects.totals().get("jobs_cancelled") == 1
+
+
 def test_a_continuation_of_an_unknown_job_is_refused():
     with pytest.raises(ValueError, match="does not exist"):
         tasks.add.using(after=uuid.uuid4()).enqueue(1, 1)

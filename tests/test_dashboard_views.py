@@ -235,6 +235,23 @@ def test_double_retry_has_one_effect_and_says_the_job_is_already_pending(
 
 
 @pytest.mark.django_db
+def test_retry_of_a_dead_letter_whose_dedup_key_was_taken_says_which_job_holds_it(
+    operator_client,
+):
+    dead = make_job(JobState.DEAD_LETTER, dedup_key="report-7")
+    holder = make_job(JobState.PENDING, dedup_key="report-7")
+
+    response = operator_client.post(action_url("retry", dead), follow=True)
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f"is held by job {holder.id}" in html
+    assert reverse("dashboard:job", args=[holder.id]) in html
+    dead.refresh_from_db()
+    assert dead.state == JobState.DEAD_LETTER
+
+
+@pytest.mark.django_db
 def test_htmx_retry_swaps_the_dead_letter_fragment_with_the_message(operator_client, dead_letter):
     other = make_job(JobState.DEAD_LETTER, task_path="tests.tasks.always_fails")
     response = operator_client.post(

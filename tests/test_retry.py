@@ -1,6 +1,9 @@
+import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs.retry import (
     Exponential,
@@ -26,9 +29,12 @@ def test_default_exponential_waits_15s_doubling_plus_up_to_3s_of_jitter(attempt,
         assert low <= delay <= low + 3
 
 
-def test_exponential_is_capped_by_max_before_jitter():
-    assert DEFAULT.delay(20, random.Random(1)) <= 3600 + 3
+def test_max_is_a_hard_cap_that_jitter_never_pushes_past():
+    assert all(DEFAULT.delay(20, random.Random(seed)) == 3600 for seed in range(50))
     assert Exponential(base=15, max=3600).delay(20) == 3600
+    near_cap = Exponential(base=3000, multiplier=1, max=3600, jitter_up_ratio=0.5)
+    delays = [near_cap.delay(1, random.Random(seed)) for seed in range(200)]
+    assert max(delays) == 3600 and min(delays) < 3600
 
 
 def test_exponential_survives_huge_attempt_numbers():
@@ -58,6 +64,105 @@ def test_jitter_ratio_spreads_the_delay_both_ways():
     delays = [policy.delay(1, random.Random(seed)) for seed in range(200)]
     assert all(90 <= d <= 110 for d in delays)
     assert min(delays) < 100 < max(delays)
+
+
+def test_jitter_abs_spreads_the_delay_by_seconds_both_ways():
+    policy = Fixed(100, jitter_abs=5)
+    delays = [policy.delay(1, random.Random(seed)) for seed in range(200)]
+    assert all(95 <= d <= 105 for d in delays)
+    assert min(delays) < 100 < max(delays)
+
+
+def test_jitter_abs_never_makes_a_delay_negative():
+    policy = Fixed(1, jitter_abs=10)
+    delays = [policy.delay(1, random.Random(seed)) for seed in range(200)]
+    assert min(delays) == 0 and all(d <= 11 for d in delays)
+
+
+def test_jitter_up_ratio_only_lengthens_the_delay_up_to_that_fraction():
+    policy = Exponential(base=40, jitter_up_ratio=0.25)
+    delays = [policy.delay(1, random.Random(seed)) for seed in range(200)]
+    assert all(40 <= d <= 50 for d in delays)
+    assert max(delays) > 45
+
+
+def test_policies_without_the_new_shapes_draw_the_same_jitter_as_before():
+    rng = random.Random(7)
+    expected = 60 + rng.uniform(0, 3)
+    assert DEFAULT.delay(3, random.Random(7)) == expected
+
+
+def test_backoff_setting_takes_every_jitter_shape():
+    policy = policy_from_setting(
+        {
+            "strategy": "linear",
+            "base": 10,
+            "step": 5,
+            "max": 30,
+            "jitter_abs": 2,
+            "jitter_up_ratio": 0.1,
+        }
+    )
+    assert policy == Linear(base=10, step=5, max=30, jitter_abs=2, jitter_up_ratio=0.1)
+
+
+def test_backoff_setting_with_an_unknown_key_is_a_clear_error():
+    with pytest.raises(ValueError, match="jiter"):
+        policy_from_setting({"strategy": "fixed", "delay": 5, "jiter": 1})
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Fixed(1, jitter_abs=-1),
+        lambda: Fixed(1, jitter_up_ratio=-0.1),
+        lambda: Exponential(base=1, jitter_up_ratio=math.inf),
+        lambda: Exponential(base=math.nan),
+        lambda: Linear(base=1, step=1, max=math.nan),
+    ],
+)
+def test_jitter_shapes_refuse_negative_or_non_finite_values(make):
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        make()
+
+
+# Properties over every policy and jitter shape: never negative, never above max.
+
+SECONDS = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+SHAPES = st.fixed_dictionaries(
+    {
+        "jitter": st.one_of(st.just(0), SECONDS),
+        "jitter_ratio": st.floats(min_value=0, max_value=1),
+        "jitter_abs": st.one_of(st.just(0), SECONDS),
+        "jitter_up_ratio": st.floats(min_value=0, max_value=10),
+    }
+)
+CAP = st.one_of(st.none(), SECONDS)
+POLICIES = st.one_of(
+    st.tuples(SECONDS, SECONDS, CAP, SHAPES).map(
+        lambda t: Linear(base=t[0], step=t[1], max=t[2], **t[3])
+    ),
+    st.tuples(SECONDS, SHAPES).map(lambda t: Fixed(t[0], **t[1])),
+    st.tuples(SECONDS, st.floats(min_value=0, max_value=100), CAP, SHAPES).map(
+        lambda t: Exponential(base=t[0], multiplier=t[1], max=t[2], **t[3])
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    policy=POLICIES,
+    attempt=st.integers(min_value=1, max_value=10_000),
+    seed=st.integers(min_value=0, max_value=2**32),
+)
+def test_no_policy_ever_waits_a_negative_time_or_longer_than_its_max(policy, attempt, seed):
+    delay = policy.delay(attempt, random.Random(seed))
+    assert math.isfinite(delay)
+    assert delay >= 0
+    cap = getattr(policy, "max", None)
+    if cap is not None:
+        assert delay <= cap
+    assert next_delay(policy, attempt=attempt, exception=None) <= 10 * 365 * 86400
 
 
 def test_no_retry_stops_at_the_first_failure():

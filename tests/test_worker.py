@@ -136,6 +136,23 @@ def test_a_continuation_is_cancelled_when_its_parent_dead_letters(run_worker, le
     assert "child" not in [k for k, _, _ in ledger()]
 
 
+def test_continuations_cancelled_when_their_parent_dead_letters_are_counted(run_worker):
+    parent = tasks.always_fails.enqueue("parent")
+    child = tasks.record.using(after=parent.id).enqueue("child")
+    tasks.record.using(after=child.id).enqueue("grandchild")
+    burst(run_worker)
+    counters = CounterDelta.objects.totals()
+    assert (counters.get("jobs_dead_lettered"), counters.get("jobs_cancelled")) == (1, 2)
+
+
+def test_continuations_of_a_job_expired_by_not_after_are_counted(run_worker):
+    expired = tasks.record.using(not_after=timezone.now() - timedelta(seconds=1)).enqueue("late")
+    tasks.record.using(after=expired.id).enqueue("child")
+    burst(run_worker)
+    assert Job.objects.filter(state=JobState.CANCELLED).count() == 2
+    assert CounterDelta.objects.totals().get("jobs_cancelled") == 2
+
+
 def test_a_job_not_started_before_not_after_is_cancelled_and_never_runs(run_worker, ledger):
     expired = tasks.record.using(not_after=timezone.now() - timedelta(seconds=1)).enqueue("late")
     burst(run_worker)

@@ -1,0 +1,178 @@
+"""The project's settings in production shape: refusing to start without a secret key, the
+security headers, and `check --deploy` with the documented production environment."""
+
+import runpy
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from tests.conftest import ROOT
+
+MISSING_KEY = "DJANGO_SECRET_KEY is not set"
+
+
+def run(args, env, timeout=120):
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def production_env_without_key(subprocess_env):
+    env = {k: v for k, v in subprocess_env.items() if k != "DJANGO_SECRET_KEY"}
+    env["DJANGO_DEBUG"] = "0"
+    return env
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["manage.py", "worker", "--burst"],
+        ["manage.py", "runserver", "127.0.0.1:0", "--noreload"],
+        ["manage.py", "runserver", "127.0.0.1:0"],
+        ["manage.py", "check", "--deploy"],
+        ["-c", "import jobsite.wsgi"],
+        ["-c", "import jobsite.asgi"],
+    ],
+    ids=["worker", "runserver", "runserver-autoreload", "check-deploy", "wsgi", "asgi"],
+)
+def test_without_a_secret_key_in_production_every_process_stops_saying_what_to_set(
+    production_env_without_key, command
+):
+    proc = run(command, production_env_without_key)
+    assert proc.returncode != 0
+    assert MISSING_KEY in proc.stderr
+    assert "secrets.token_urlsafe" in proc.stderr
+
+
+def test_an_empty_secret_key_counts_as_missing(production_env_without_key):
+    proc = run(["manage.py", "check"], {**production_env_without_key, "DJANGO_SECRET_KEY": "  "})
+    assert proc.returncode != 0
+    assert MISSING_KEY in proc.stderr
+
+
+def test_debug_runs_with_the_development_key_when_none_is_set(production_env_without_key):
+    proc = run(["manage.py", "check"], {**production_env_without_key, "DJANGO_DEBUG": "1"})
+    assert proc.returncode == 0, proc.stderr
+
+
+# HTTPS and the security headers.
+
+PRODUCTION = {
+    "DJANGO_DEBUG": "0",
+    "DJANGO_ALLOWED_HOSTS": "jobs.example.com",
+    "DJANGO_SECURE_COOKIES": "1",
+    "DJANGO_SECURE_SSL_REDIRECT": "1",
+    "DJANGO_SECURE_HSTS_SECONDS": "31536000",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
+    "DJANGO_SECURE_HSTS_PRELOAD": "1",
+}
+HTTPS_SETTINGS = [
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SECURE_PROXY_SSL_HEADER",
+]
+
+
+def settings_under(monkeypatch, environment) -> dict:
+    """The project's settings module evaluated with `environment` on top of the test run's."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    namespace = runpy.run_path(str(ROOT / "jobsite" / "settings.py"))
+    return {name: namespace[name] for name in HTTPS_SETTINGS if name in namespace}
+
+
+def test_https_settings_are_off_unless_the_environment_turns_them_on(monkeypatch):
+    assert settings_under(monkeypatch, {}) == {
+        "SECURE_SSL_REDIRECT": False,
+        "SECURE_HSTS_SECONDS": 0,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
+        "SECURE_HSTS_PRELOAD": False,
+    }
+
+
+def test_the_production_environment_turns_on_hsts_and_the_redirect(monkeypatch):
+    proxy = {**PRODUCTION, "DJANGO_SECURE_PROXY_SSL_HEADER": "1"}
+    assert settings_under(monkeypatch, proxy) == {
+        "SECURE_SSL_REDIRECT": True,
+        "SECURE_HSTS_SECONDS": 31536000,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+        "SECURE_HSTS_PRELOAD": True,
+        "SECURE_PROXY_SSL_HEADER": ("HTTP_X_FORWARDED_PROTO", "https"),
+    }
+
+
+def test_a_malformed_hsts_duration_is_a_clear_error(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match="DJANGO_SECURE_HSTS_SECONDS"):
+        settings_under(monkeypatch, {"DJANGO_SECURE_HSTS_SECONDS": "a year"})
+
+
+def test_check_deploy_is_clean_with_the_documented_production_environment(subprocess_env):
+    proc = run(
+        ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        {**subprocess_env, **PRODUCTION},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "no issues" in proc.stdout
+
+
+@pytest.mark.django_db
+def test_every_page_carries_the_security_headers(client):
+    response = client.get("/login/")
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == "same-origin"
+    assert response["Cross-Origin-Opener-Policy"] == "same-origin"
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
+
+
+HSTS = {
+    "SECURE_HSTS_SECONDS": 31536000,
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+    "SECURE_HSTS_PRELOAD": True,
+}
+
+
+@pytest.mark.django_db
+@override_settings(**HSTS)
+def test_hsts_is_sent_over_https_only(client):
+    assert client.get("/login/", secure=True)["Strict-Transport-Security"] == (
+        "max-age=31536000; includeSubDomains; preload"
+    )
+    assert "Strict-Transport-Security" not in client.get("/login/")
+
+
+@pytest.mark.django_db
+@override_settings(**HSTS, SECURE_SSL_REDIRECT=True)
+def test_plain_http_is_redirected_to_https(client):
+    response = client.get("/login/", headers={"Host": "localhost"})
+    assert response.status_code == 301
+    assert response["Location"] == "https://localhost/login/"
+
+
+@pytest.mark.django_db
+@override_settings(
+    **HSTS, SECURE_SSL_REDIRECT=True, SECURE_PROXY_SSL_HEADER=("HTTP_X_FORWARDED_PROTO", "https")
+)
+def test_behind_a_proxy_x_forwarded_proto_https_counts_as_https(client):
+    response = client.get("/login/", headers={"X-Forwarded-Proto": "https"})
+    assert response.status_code == 200
+    assert "max-age=31536000" in response["Strict-Transport-Security"]
+
+
+@pytest.mark.django_db
+@override_settings(**HSTS, SECURE_SSL_REDIRECT=True)
+def test_without_the_proxy_setting_a_client_cannot_claim_https(client):
+    response = client.get("/login/", headers={"X-Forwarded-Proto": "https"})
+    assert response.status_code == 301
