@@ -199,6 +199,8 @@ def pages():
     dead = Job.objects.filter(state="dead_letter").order_by("-enqueued_at").first()
     running = Job.objects.filter(state="running").order_by("-enqueued_at").first()
     deep = Job.objects.order_by("-enqueued_at", "-id")[500_000]
+    # A job's first argument is its serial number: searching a six-digit one finds that job.
+    number = deep.args[0]
     from dashboard.pagination import Cursor
 
     cursor = Cursor(at=deep.enqueued_at, id=deep.id).encode()
@@ -223,6 +225,15 @@ def pages():
         ("dead letters fragment", "/dead-letters/", True),
         ("dead letters task+error", f"/dead-letters/?task={task}&error=ValueError", True),
         ("workers", "/workers/", False),
+        ("queues", "/queues/", False),
+        ("queues fragment (poll)", "/queues/", True),
+        ("jobs q=argument number", f"/jobs/?q={number}", True),
+        ("jobs q=argument text", "/jobs/?q=user-4242", True),
+        ("jobs q=error text", "/jobs/?q=revenue_eur", True),
+        ("jobs q=no match", "/jobs/?q=no-such-thing", True),
+        ("dead letters q=error text", "/dead-letters/?q=smtp", True),
+        ("api jobs q=argument text", "/api/v1/jobs?q=user-4242", False),
+        ("api queues", "/api/v1/queues", False),
     ]
 
 

@@ -1,5 +1,6 @@
 """The JSON API (/api/v1/): thin views over the job table and `jobs.actions`."""
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -7,13 +8,15 @@ from datetime import datetime
 from django.core import signing
 from django.db.models import Q
 from django.http import JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
+from django.utils import timezone
 
-from jobs import actions
+from jobs import actions, bulk, queues
 from jobs.models import Job
 from jobs.states import JobState
 
-from . import metrics, openapi
+from . import metrics, openapi, queries
 from .auth import api_view
 from .serializers import (
     DEFAULT_LIMIT,
@@ -23,11 +26,16 @@ from .serializers import (
     error,
     job_detail_json,
     job_json,
+    queue_json,
 )
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 CURSOR_SALT = "jobsite.api.jobs-cursor"
-LIST_PARAMETERS = ("state", "queue", "task", "limit", "cursor")
+LIST_PARAMETERS = ("state", "queue", "task", "q", "limit", "cursor")
+FILTER_KEYS = ("state", "queue", "task", "q")
+MAX_SEARCH = 200
+# A POST with no JSON body (a plain form post, an empty one) means no arguments.
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 STATES = frozenset(state.value for state in JobState)
 
 
@@ -62,6 +70,7 @@ class JobListQuery:
     state: str | None = None
     queue: str | None = None
     task: str | None = None
+    q: str | None = None
     limit: int = DEFAULT_LIMIT
     position: Position | None = None
 
@@ -76,18 +85,14 @@ class JobListQuery:
             state=state,
             queue=values.get("queue"),
             task=values.get("task"),
+            q=check_search(values.get("q")),
             limit=parse_limit(values.get("limit")),
             position=Position.decode(cursor) if cursor is not None else None,
         )
 
     def page(self) -> tuple[list[Job], str | None]:
-        jobs = Job.objects.only(*JOB_COLUMNS).order_by("-enqueued_at", "-id")
-        if self.state:
-            jobs = jobs.filter(state=self.state)
-        if self.queue:
-            jobs = jobs.filter(queue_name=self.queue)
-        if self.task:
-            jobs = jobs.filter(task_path=self.task)
+        jobs = queries.filtered_jobs(state=self.state, queue=self.queue, task=self.task, q=self.q)
+        jobs = jobs.only(*JOB_COLUMNS).order_by("-enqueued_at", "-id")
         if self.position:
             jobs = jobs.filter(self.position.after())
         rows = list(jobs[: self.limit + 1])
@@ -112,6 +117,12 @@ def single_values(params, allowed) -> dict[str, str]:
         if given[0] != "":
             values[name] = given[0]
     return values
+
+
+def check_search(text: str | None) -> str | None:
+    if text is not None and len(text) > MAX_SEARCH:
+        raise BadRequest(f"q is at most {MAX_SEARCH} characters")
+    return text
 
 
 def refuse_parameters(request) -> None:
@@ -142,17 +153,93 @@ def no_such_job():
     return error(404, "no such job")
 
 
+def reruns_of(job_ids) -> dict:
+    """The ids of the runs made from each of `job_ids`, newest first."""
+    found: dict = {}
+    rows = (
+        Job.objects.filter(rerun_of__in=list(job_ids))
+        .order_by("-enqueued_at", "-id")
+        .values_list("rerun_of_id", "id")
+    )
+    for original, rerun in rows:
+        found.setdefault(original, []).append(rerun)
+    return found
+
+
+def with_reruns(job) -> dict:
+    return job_json(job, reruns_of([job.id]).get(job.id, ()))
+
+
 def action_response(result: actions.ActionResult):
     """200 with the job; 201 with the new job of a rerun; 409 with why and the job."""
     if result.job is None:
         return no_such_job()
     if not result.changed:
         held_by = {"held_by": str(result.held_by)} if result.held_by else {}
-        return error(409, result.message, job=job_json(result.job), **held_by)
+        return error(409, result.message, job=with_reruns(result.job), **held_by)
     if result.new_job is not None:
         location = reverse("dashboard:api:job-detail", args=[result.new_job.id])
         return JsonResponse(job_json(result.new_job), status=201, headers={"Location": location})
-    return JsonResponse(job_json(result.job))
+    return JsonResponse(with_reruns(result.job))
+
+
+def json_body(request, allowed) -> dict:
+    """The request's JSON object body ({} when empty), with only the `allowed` keys."""
+    if request.content_type in FORM_TYPES:
+        try:
+            given = bool(request.POST or request.FILES)
+        except MultiPartParserError:
+            given = True
+        if given:
+            raise BadRequest("send the body as JSON (Content-Type: application/json)")
+        return {}
+    if not request.body.strip():
+        return {}
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = sorted(key for key in body if key not in allowed)
+    if unknown:
+        raise BadRequest("unknown field", unknown=unknown, allowed=list(allowed))
+    return body
+
+
+def bulk_filter(value) -> dict:
+    """A bulk action's `filter`, checked like the job list's query parameters."""
+    if not isinstance(value, dict):
+        raise BadRequest("filter must be an object")
+    unknown = sorted(key for key in value if key not in FILTER_KEYS)
+    if unknown:
+        raise BadRequest("unknown filter", unknown=unknown, allowed=list(FILTER_KEYS))
+    filters = {}
+    for key, text in value.items():
+        if text == "":
+            continue
+        if not isinstance(text, str) or "\x00" in text:
+            raise BadRequest(f"filter {key} must be a string without NUL")
+        filters[key] = text
+    if "state" in filters and filters["state"] not in STATES:
+        raise BadRequest("unknown state", allowed=sorted(STATES))
+    check_search(filters.get("q"))
+    return filters
+
+
+def queue_response(name: str):
+    for status in queries.queue_statuses(timezone.now()):
+        if status.name == name:
+            return JsonResponse(queue_json(status))
+    return JsonResponse(
+        {"name": name, "paused": queues.is_paused(name), "counts": {}, "oldest_due_at": None}
+    )
+
+
+def queue_name(name: str) -> str:
+    if len(name) > 100 or "\x00" in name:
+        raise BadRequest("a queue name is 1-100 characters without NUL")
+    return name
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -161,7 +248,13 @@ def action_response(result: actions.ActionResult):
 @api_view("GET")
 def job_list(request):
     jobs, next_cursor = JobListQuery.from_params(request.GET).page()
-    return JsonResponse({"results": [job_json(job) for job in jobs], "next_cursor": next_cursor})
+    reruns = reruns_of(job.id for job in jobs)
+    return JsonResponse(
+        {
+            "results": [job_json(job, reruns.get(job.id, ())) for job in jobs],
+            "next_cursor": next_cursor,
+        }
+    )
 
 
 @api_view("GET")
@@ -170,7 +263,8 @@ def job_detail(request, job_id):
     job = find_job(job_id)
     if job is None:
         return no_such_job()
-    return JsonResponse(job_detail_json(job, job.attempts.order_by("number")))
+    reruns = reruns_of([job.id]).get(job.id, ())
+    return JsonResponse(job_detail_json(job, job.attempts.order_by("number"), reruns))
 
 
 @api_view("POST", operate=True)
@@ -181,8 +275,79 @@ def retry(request, job_id):
 
 @api_view("POST", operate=True)
 def rerun(request, job_id):
+    """An optional body `{"args": [...], "kwargs": {...}}` makes an edited rerun."""
     refuse_parameters(request)
-    return action_response(actions.rerun_job(job_id, user=request.user, source="api"))
+    body = json_body(request, ("args", "kwargs"))
+    if any(body.get(key, ...) is None for key in ("args", "kwargs")):
+        raise BadRequest("args and kwargs may be left out, not null")
+    try:
+        result = actions.rerun_job(
+            job_id,
+            args=body.get("args"),
+            kwargs=body.get("kwargs"),
+            user=request.user,
+            source="api",
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(str(exc)) from None
+    except RecursionError:
+        raise BadRequest("args or kwargs are nested too deeply") from None
+    return action_response(result)
+
+
+@api_view("POST", operate=True)
+def discard(request, job_id):
+    refuse_parameters(request)
+    result = actions.discard_job(job_id, user=request.user, source="api")
+    if result.job is None:
+        return no_such_job()
+    if not result.changed:
+        return error(409, result.message, job=with_reruns(result.job))
+    return JsonResponse({"discarded": str(result.job.id)})
+
+
+@api_view("POST", operate=True)
+def bulk_action(request):
+    """`{"action", "filter": {"state", "queue", "task", "q"}, "dry_run"}` → matched, applied."""
+    refuse_parameters(request)
+    body = json_body(request, ("action", "filter", "dry_run"))
+    action = body.get("action")
+    if not isinstance(action, str) or action not in bulk.ACTIONS:
+        raise BadRequest("action must be one of", allowed=list(bulk.ACTIONS))
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequest("dry_run must be true or false")
+    filters = bulk_filter(body.get("filter", {}))
+    result = bulk.apply(
+        action,
+        queries.filtered_jobs(**filters),
+        dry_run=dry_run,
+        user=request.user,
+        source="api",
+        description=queries.describe_filter(filters),
+    )
+    return JsonResponse({"matched": result.matched, "applied": result.applied})
+
+
+@api_view("GET")
+def queue_list(request):
+    refuse_parameters(request)
+    statuses = queries.queue_statuses(timezone.now())
+    return JsonResponse({"results": [queue_json(status) for status in statuses]})
+
+
+@api_view("POST", operate=True)
+def queue_pause(request, name):
+    refuse_parameters(request)
+    queues.pause(queue_name(name), user=request.user, source="api")
+    return queue_response(name)
+
+
+@api_view("POST", operate=True)
+def queue_resume(request, name):
+    refuse_parameters(request)
+    queues.resume(queue_name(name), user=request.user, source="api")
+    return queue_response(name)
 
 
 @api_view("POST", operate=True)

@@ -5,12 +5,18 @@ from . import api
 app_name = "api"
 urlpatterns = [
     path("jobs", api.job_list, name="job-list"),
+    path("jobs/bulk", api.bulk_action, name="job-bulk"),
     path("jobs/<str:job_id>", api.job_detail, name="job-detail"),
     path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
+    path("jobs/<str:job_id>/discard", api.discard, name="job-discard"),
+    path("queues", api.queue_list, name="queue-list"),
+    # Any queue name, slashes and line breaks included.
+    re_path(r"^queues/(?P<name>[\s\S]+)/pause$", api.queue_pause, name="queue-pause"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/resume$", api.queue_resume, name="queue-resume"),
     path("metrics/summary", api.summary, name="metrics-summary"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.
-    re_path(r"^(?P<rest>.*)$", api.not_found),
+    re_path(r"^(?P<rest>[\s\S]*)$", api.not_found),
 ]

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from jobs.actions import CANCELLABLE, RETRYABLE
+from jobs.actions import CANCELLABLE, DISCARDABLE, RETRYABLE
 from jobs.states import TERMINAL, JobState
 
 from .permissions import can_operate
@@ -13,11 +13,19 @@ class Button:
     action: str
     label: str
     url_name: str
+    # Asked before acting (dashboard.js shows it in a dialog).
+    confirm: str = ""
 
 
 RETRY = Button(action="retry", label="Retry", url_name="dashboard:retry")
 RERUN = Button(action="rerun", label="Rerun", url_name="dashboard:rerun")
 CANCEL = Button(action="cancel", label="Cancel", url_name="dashboard:cancel")
+DISCARD = Button(
+    action="discard",
+    label="Discard",
+    url_name="dashboard:discard",
+    confirm="Discard this job and its attempts? This cannot be undone.",
+)
 
 
 def job_buttons(job, user) -> list[Button]:
@@ -34,4 +42,6 @@ def job_buttons(job, user) -> list[Button]:
         job.state == JobState.RUNNING and job.cancel_requested_at is None
     ):
         buttons.append(CANCEL)
+    if job.state in DISCARDABLE:
+        buttons.append(DISCARD)
     return buttons

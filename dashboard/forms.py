@@ -1,5 +1,6 @@
 """The GET filters of the lists and the POST of a bulk retry, validated before any query runs."""
 
+import json
 import uuid
 
 from django import forms
@@ -85,3 +86,50 @@ class BulkRetryForm(forms.Form):
             raise ValidationError(f"At most {BULK_CAP:,} jobs per action.")
         cleaned["ids"] = ids
         return cleaned
+
+
+class BulkActionForm(forms.Form):
+    """An action over every job a filter matches: the filter fields of both lists, plus what."""
+
+    action = forms.ChoiceField(
+        choices=[("retry", "Retry"), ("cancel", "Cancel"), ("discard", "Discard")]
+    )
+    state = forms.ChoiceField(required=False, choices=[("", "Any state"), *JobState.choices])
+    queue = forms.CharField(required=False, max_length=100)
+    task = forms.CharField(required=False, max_length=255)
+    error = forms.CharField(required=False, max_length=255)
+    q = forms.CharField(required=False, max_length=200)
+    # The count the operator saw on the confirmation page; present only on the second step.
+    confirm = forms.BooleanField(required=False)
+
+    @property
+    def filters(self):
+        names = ("state", "queue", "task", "error", "q")
+        return {k: self.cleaned_data[k] for k in names if self.cleaned_data.get(k)}
+
+
+class EditRerunForm(forms.Form):
+    """New arguments for a rerun, as JSON text; checked like an enqueue by `jobs.actions`."""
+
+    args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    kwargs = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+
+    def _json(self, name, kind, words):
+        text = self.cleaned_data[name].strip()
+        if not text:
+            return kind()
+        try:
+            value = json.loads(text)
+        except RecursionError:
+            raise ValidationError("Nested too deeply.") from None
+        except ValueError as exc:
+            raise ValidationError(f"Not valid JSON: {exc}") from None
+        if not isinstance(value, kind):
+            raise ValidationError(f"{name} must be a JSON {words}.")
+        return value
+
+    def clean_args(self):
+        return self._json("args", list, 'list, like [1, "two"]')
+
+    def clean_kwargs(self):
+        return self._json("kwargs", dict, 'object, like {"key": "value"}')

@@ -19,8 +19,13 @@ ANY = {"nullable": True, "description": "Any JSON value."}
 
 JOB = {
     "type": "object",
-    "required": list(JOB_FIELDS),
+    "required": [*JOB_FIELDS, "reruns"],
     "properties": {
+        "reruns": {
+            "type": "array",
+            "items": UUID,
+            "description": "The runs made from this job (reruns), newest first.",
+        },
         "id": UUID,
         "task_path": {"type": "string"},
         "args": {"type": "array", "items": ANY},
@@ -122,6 +127,40 @@ SCHEMAS = {
             },
         },
     },
+    "Queue": {
+        "type": "object",
+        "required": ["name", "paused", "counts", "oldest_due_at"],
+        "properties": {
+            "name": {"type": "string"},
+            "paused": {"type": "boolean"},
+            "counts": {
+                **COUNTS,
+                "description": (
+                    "Jobs per state: exact up to 1,000 per state, shared out from a sample "
+                    "beyond (as on the overview)."
+                ),
+            },
+            "oldest_due_at": _nullable(TIME),
+        },
+    },
+    "QueueList": {
+        "type": "object",
+        "required": ["results"],
+        "properties": {"results": {"type": "array", "items": _ref("Queue")}},
+    },
+    "Discarded": {
+        "type": "object",
+        "required": ["discarded"],
+        "properties": {"discarded": UUID},
+    },
+    "BulkResult": {
+        "type": "object",
+        "required": ["matched", "applied"],
+        "properties": {
+            "matched": {"type": "integer", "minimum": 0},
+            "applied": {"type": "integer", "minimum": 0},
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -164,6 +203,71 @@ ERRORS = {
     ),
 }
 NOT_FOUND = {"404": _json("No job has this id.", "Error")}
+RERUN_BODY = {
+    "required": False,
+    "description": "Edit and rerun: new arguments for the new run (each optional).",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "args": {"type": "array", "items": ANY},
+                    "kwargs": {"type": "object", "additionalProperties": ANY},
+                },
+                "additionalProperties": False,
+            }
+        }
+    },
+}
+NO_NUL = {"type": "string", "pattern": "^[^\\u0000]*$"}
+BULK_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["action"],
+                "properties": {
+                    "action": {"type": "string", "enum": ["retry", "cancel", "discard"]},
+                    "filter": {
+                        "type": "object",
+                        "properties": {
+                            "state": {
+                                "type": "string",
+                                "enum": ["", *[s.value for s in JobState]],
+                            },
+                            "queue": NO_NUL,
+                            "task": NO_NUL,
+                            "q": {**NO_NUL, "maxLength": 200},
+                        },
+                        "additionalProperties": False,
+                    },
+                    "dry_run": {"type": "boolean", "default": False},
+                },
+                "additionalProperties": False,
+            }
+        }
+    },
+}
+QUEUE_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 100},
+}
+
+
+def _queue_action(summary):
+    return {
+        "post": {
+            "summary": summary,
+            "description": "Needs jobs.operate_job. Audited.",
+            "parameters": [QUEUE_NAME],
+            "responses": {"200": _json("The queue.", "Queue"), **ERRORS},
+        }
+    }
+
+
 JOB_ID = {
     "name": "job_id",
     "in": "path",
@@ -184,10 +288,18 @@ def _list_parameter(name, schema, description):
 
 LIST_PARAMETERS = [
     _list_parameter(
-        "state", {"type": "string", "enum": [s.value for s in JobState]}, "Only jobs in this state."
+        "state",
+        {"type": "string", "enum": ["", *[s.value for s in JobState]]},
+        "Only jobs in this state (an empty value, like any empty filter, is ignored).",
     ),
     _list_parameter("queue", {"type": "string"}, "Only jobs of this queue."),
     _list_parameter("task", {"type": "string"}, "Only jobs of this task path."),
+    _list_parameter(
+        "q",
+        {"type": "string", "maxLength": 200},
+        "Search: an id prefix (6+ hex characters), part of the task path, of a string argument "
+        "(any depth), of the dedup key or of the error; or a number equal to a numeric argument.",
+    ),
     _list_parameter(
         "limit",
         {"type": "integer", "format": "int32", "default": DEFAULT_LIMIT},
@@ -202,14 +314,15 @@ LIST_PARAMETERS = [
 ]
 
 
-def _action(summary, description, ok_status, ok_description):
+def _action(summary, description, ok_status, ok_description, *, ok_schema="Job", body=None):
     return {
         "post": {
             "summary": summary,
             "description": description,
             "parameters": [JOB_ID],
+            **({"requestBody": body} if body else {}),
             "responses": {
-                ok_status: _json(ok_description, "Job"),
+                ok_status: _json(ok_description, ok_schema),
                 "409": _json("Not allowed in the job's state; says why.", "Conflict"),
                 **ERRORS,
                 **NOT_FOUND,
@@ -259,11 +372,40 @@ def document(base: str = "/api/v1") -> dict:
                 "The job, back in line.",
             ),
             "/jobs/{job_id}/rerun": _action(
-                "Rerun a finished job as a new job",
-                "Needs jobs.operate_job. The Location header names the new job.",
+                "Rerun a finished job as a new job, optionally with new arguments",
+                "Needs jobs.operate_job. The Location header names the new job. Arguments are "
+                "checked like an enqueue's: a bad value is a 400 and creates nothing.",
                 "201",
                 "The new job; its rerun_of is the original.",
+                body=RERUN_BODY,
             ),
+            "/jobs/{job_id}/discard": _action(
+                "Delete a finished job (succeeded, cancelled, dead letter) and its attempts",
+                "Needs jobs.operate_job. The audit entry keeps the job's id and task.",
+                "200",
+                "The id of the deleted job.",
+                ok_schema="Discarded",
+            ),
+            "/jobs/bulk": {
+                "post": {
+                    "summary": "Retry, cancel or discard every job a filter matches",
+                    "description": (
+                        "Needs jobs.operate_job. Each job goes through the same guarded action; "
+                        "jobs not allowed in their state count in matched only. With dry_run, "
+                        "nothing changes and applied is 0. One audit entry per call."
+                    ),
+                    "requestBody": BULK_BODY,
+                    "responses": {"200": _json("The counts.", "BulkResult"), **ERRORS},
+                }
+            },
+            "/queues": {
+                "get": {
+                    "summary": "Every queue: paused or not, counts per state, oldest due job",
+                    "responses": {"200": _json("The queues.", "QueueList"), **ERRORS},
+                }
+            },
+            "/queues/{name}/pause": _queue_action("Pause a queue: workers claim nothing from it"),
+            "/queues/{name}/resume": _queue_action("Resume a paused queue"),
             "/jobs/{job_id}/cancel": _action(
                 "Cancel a job that has not finished (a running one is stopped by its worker)",
                 "Needs jobs.operate_job.",

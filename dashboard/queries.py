@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
+from jobs import queues
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
+from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
 
 from .counts import STATE_CAP, Tally, tally
@@ -174,6 +177,73 @@ def as_datetime(value) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+# Queues.
+
+# The attempts the last hour's throughput and failure rate are read from, at most.
+THROUGHPUT_SAMPLE = 20_000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueStatus:
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    counts: dict[str, Tally]
+    oldest_due_at: datetime | None
+    oldest_due_age: timedelta | None
+    # Attempts finished in the last hour, and how many of them failed (None: no attempt).
+    finished_last_hour: Tally
+    failure_rate: float | None
+
+
+def queue_statuses(now: datetime) -> list[QueueStatus]:
+    """Every queue (with jobs, or paused): counts per state, oldest due job, last hour's runs.
+
+    Counts per state come from the same sample as the overview's (`per_queue`); throughput
+    from the most recent `THROUGHPUT_SAMPLE` attempts of the last hour.
+    """
+    states = state_tallies()
+    split = {state: per_queue(state, states[state]) for state in JobState}
+    paused = queues.paused()
+    finished, failed, covered_all = _last_hour_by_queue(now)
+    statuses = []
+    for name in sorted(set(distinct_names("queue_name")) | set(paused)):
+        due = oldest_due(name, now)
+        runs = finished.get(name, 0)
+        statuses.append(
+            QueueStatus(
+                name=name,
+                paused=name in paused,
+                paused_at=paused[name].paused_at if name in paused else None,
+                counts={
+                    state: split[state].get(name, _none_in(split[state])) for state in JobState
+                },
+                oldest_due_at=due,
+                oldest_due_age=_age(now, due),
+                finished_last_hour=Tally(value=runs, exact=covered_all, at_least=not covered_all),
+                failure_rate=failed.get(name, 0) / runs if runs else None,
+            )
+        )
+    return statuses
+
+
+def _last_hour_by_queue(now: datetime):
+    recent = (
+        Attempt.objects.filter(finished_at__gte=now - timedelta(hours=1))
+        .order_by("-finished_at")
+        .values_list("job__queue_name", "outcome")[:THROUGHPUT_SAMPLE]
+    )
+    finished: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    rows = 0
+    for queue, outcome in recent:
+        rows += 1
+        finished[queue] = finished.get(queue, 0) + 1
+        if outcome in FAILED_OUTCOMES:
+            failed[queue] = failed.get(queue, 0) + 1
+    return finished, failed, rows < THROUGHPUT_SAMPLE
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WorkerCounts:
     online: int
@@ -219,21 +289,6 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
 # Lists.
 
 
-def text_match(text: str) -> Q:
-    """Jobs whose id is or starts with `text`, or whose task path contains it (any case)."""
-    condition = Q(pk__in=[])
-    digits = text.replace("-", "").lower()
-    if 6 <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
-        # An id prefix is a range on the primary key.
-        low, high = uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
-        condition |= Q(id__gte=low, id__lte=high)
-    needle = text.lower()
-    tasks = [name for name in distinct_names("task_path") if needle in name.lower()]
-    if tasks:
-        condition |= Q(task_path__in=tasks)
-    return condition
-
-
 def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
     jobs = Job.objects.all()
     if state:
@@ -245,8 +300,13 @@ def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
     if error:
         jobs = jobs.filter(error_type=error)
     if q:
-        jobs = jobs.filter(text_match(q))
+        jobs = search(jobs, q, task_paths=distinct_names("task_path"))
     return jobs
+
+
+def describe_filter(filters: dict) -> str:
+    """A filter in words for the audit: `state=dead_letter q=smtp`, or `every job`."""
+    return " ".join(f"{k}={v}" for k, v in filters.items()) or "every job"
 
 
 LIST_COLUMNS = (
@@ -304,7 +364,11 @@ def dead_letter_groups(filters: dict) -> DeadLetterGroups:
         .order_by("-finished_at", "-id")
         .values("task_path", "error_type", "finished_at")[:DEAD_LETTER_WINDOW]
     )
-    sql, params = recent.query.sql_with_params()
+    try:
+        sql, params = recent.query.sql_with_params()
+    except EmptyResultSet:
+        # A filter that can match nothing compiles to no SQL at all.
+        return DeadLetterGroups(rows=[], window=0, complete=True)
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

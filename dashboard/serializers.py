@@ -46,7 +46,8 @@ def _id(value):
     return str(value) if value is not None else None
 
 
-def job_json(job) -> dict:
+def job_json(job, reruns=()) -> dict:
+    """The job; `reruns` are the ids of the runs made from it, newest first."""
     return {
         "id": str(job.id),
         "task_path": job.task_path,
@@ -61,6 +62,7 @@ def job_json(job) -> dict:
         "not_after": _time(job.not_after),
         "dedup_key": job.dedup_key,
         "rerun_of": _id(job.rerun_of_id),
+        "reruns": [str(i) for i in reruns],
         "parent": _id(job.parent_id),
         "enqueued_at": _time(job.enqueued_at),
         "started_at": _time(job.started_at),
@@ -88,8 +90,18 @@ def attempt_json(attempt) -> dict:
     }
 
 
-def job_detail_json(job, attempts) -> dict:
-    return {**job_json(job), "attempts": [attempt_json(a) for a in attempts]}
+def job_detail_json(job, attempts, reruns=()) -> dict:
+    return {**job_json(job, reruns), "attempts": [attempt_json(a) for a in attempts]}
+
+
+def queue_json(status) -> dict:
+    """A queue (`dashboard.queries.QueueStatus`): counts per state as numbers."""
+    return {
+        "name": status.name,
+        "paused": status.paused,
+        "counts": {state: tally.value for state, tally in status.counts.items()},
+        "oldest_due_at": _time(status.oldest_due_at),
+    }
 
 
 class BadRequest(Exception):

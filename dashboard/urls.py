@@ -4,7 +4,7 @@ A host project mounts all three with `path("ops/", include("dashboard.urls"))`; 
 project mounts them at the root.
 """
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from . import views
 
@@ -12,12 +12,17 @@ app_name = "dashboard"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("jobs/", views.job_list, name="jobs"),
+    path("jobs/bulk/", views.bulk_action, name="bulk_action"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job"),
     path("jobs/<uuid:job_id>/retry/", views.retry, name="retry"),
     path("jobs/<uuid:job_id>/rerun/", views.rerun, name="rerun"),
     path("jobs/<uuid:job_id>/cancel/", views.cancel, name="cancel"),
+    path("jobs/<uuid:job_id>/discard/", views.discard, name="discard"),
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
+    path("queues/", views.queue_list, name="queues"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/pause/$", views.queue_pause, name="queue_pause"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/resume/$", views.queue_resume, name="queue_resume"),
     path("workers/", views.worker_list, name="workers"),
     path("no-access/", views.no_access, name="no_access"),
 ]

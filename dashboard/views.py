@@ -1,21 +1,24 @@
 """The console's pages and actions. A request with HX-Request gets the page's fragment."""
 
+import json
 from collections import Counter
 from functools import partial
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import actions
+from jobs import actions, bulk, queues
 from jobs.models import Job
 from jobs.states import JobState
 
@@ -23,7 +26,14 @@ from . import queries
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
-from .forms import BULK_CAP, BulkRetryForm, DeadLetterFilterForm, JobFilterForm
+from .forms import (
+    BULK_CAP,
+    BulkActionForm,
+    BulkRetryForm,
+    DeadLetterFilterForm,
+    EditRerunForm,
+    JobFilterForm,
+)
 from .permissions import can_view
 
 SOURCE = "dashboard"
@@ -80,17 +90,29 @@ def job_list(request):
 @vary_on_headers("HX-Request")
 def job_detail(request, job_id):
     job = get_object_or_404(Job, id=job_id)
+    return _job_page(request, job)
+
+
+def _job_page(request, job, *, edit_form=None, status=200):
     context = {
         "job": job,
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
         "buttons": job_buttons(job, request.user),
+        "edit_form": edit_form or _edit_form_for(job),
     }
     template = "dashboard/job_detail.html"
     if request.htmx:
         template += "#job"
-    return render(request, template, context)
+    return render(request, template, context, status=status)
+
+
+def _edit_form_for(job):
+    def text(value):
+        return json.dumps(value, indent=2, ensure_ascii=False)
+
+    return EditRerunForm(initial={"args": text(job.args), "kwargs": text(job.kwargs)})
 
 
 @require_GET
@@ -112,6 +134,17 @@ def dead_letter_list(request):
     if request.htmx:
         template += "#dead-letters"
     return render(request, template, context, status=200 if context["page"] else 400)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def queue_list(request):
+    context = {"queues": queries.queue_statuses(timezone.now())}
+    template = "dashboard/queues.html"
+    if request.htmx:
+        template += "#queues"
+    return render(request, template, context)
 
 
 @require_GET
@@ -161,11 +194,118 @@ def rerun(request, job_id):
     # The form carries a one-time token: the same press sent twice reruns once, across processes.
     token = request.POST.get("token", "")[:64]
     key = f"dashboard:{request.user.pk}:{token}" if token else ""
-    result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
+    arguments = {}
+    if request.POST.get("edit"):
+        # Edit and rerun: the new arguments, shown back with their errors when they are refused.
+        job = get_object_or_404(Job, id=job_id)
+        form = EditRerunForm(request.POST)
+        if form.is_valid():
+            arguments = {"args": form.cleaned_data["args"], "kwargs": form.cleaned_data["kwargs"]}
+            try:
+                result = actions.rerun_job(
+                    job_id, user=request.user, source=SOURCE, request_key=key, **arguments
+                )
+            except (TypeError, ValueError, RecursionError) as exc:
+                form.add_error(None, str(exc) or "These arguments cannot be stored.")
+        if form.errors:
+            # The page again with the errors by their fields, as a form page answers (200).
+            return _job_page(request, job, edit_form=form)
+    else:
+        result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
     if not result.changed and result.new_job is not None:
         messages.warning(request, _already_rerun(result.new_job.id))
         return _back(request, job_id)
     return _report(request, result, job_id)
+
+
+@require_POST
+@operator_required
+def discard(request, job_id):
+    result = actions.discard_job(job_id, user=request.user, source=SOURCE)
+    if result.job is None:
+        raise Http404("no such job")
+    if not result.changed:
+        return _report(request, result, job_id)
+    messages.success(request, f"job {str(job_id)[:8]} discarded with its attempts")
+    target = _next(request)
+    if target is None or str(job_id) in target:
+        # The job's own page is gone with it.
+        target = reverse("dashboard:jobs")
+    if request.htmx:
+        return HttpResponseClientRedirect(target)
+    return redirect(target)
+
+
+@require_POST
+@operator_required
+def queue_pause(request, name):
+    return _queue_action(request, name, queues.pause, "paused", "was already paused")
+
+
+@require_POST
+@operator_required
+def queue_resume(request, name):
+    return _queue_action(request, name, queues.resume, "resumed", "was not paused")
+
+
+def _queue_action(request, name, act, done, unchanged):
+    try:
+        changed = act(name, user=request.user, source=SOURCE)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    else:
+        (messages.success if changed else messages.info)(
+            request, f"queue {name} {done if changed else unchanged}"
+        )
+    return redirect("dashboard:queues")
+
+
+@require_POST
+@operator_required
+def bulk_action(request):
+    """Step one shows how many jobs the filter matches; step two (confirm) acts, in batches."""
+    form = BulkActionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "dashboard/bulk_action.html", {"form": form}, status=400)
+    action, filters = form.cleaned_data["action"], form.filters
+    jobs = queries.filtered_jobs(**filters)
+    back = _list_url(filters)
+    if not form.cleaned_data["confirm"]:
+        context = {
+            "form": form,
+            "action": action,
+            "filters": filters,
+            "matched": bulk.apply(action, jobs, dry_run=True).matched,
+            "back": back,
+        }
+        return render(request, "dashboard/bulk_action.html", context)
+    return StreamingHttpResponse(
+        _bulk_progress(request, action, jobs, filters, back), content_type="text/html"
+    )
+
+
+def _bulk_progress(request, action, jobs, filters, back):
+    """The result page, streamed: one line per batch as it is applied, then the totals."""
+    context = {"action": action, "filters": filters, "back": back, "request": request}
+    page = render_to_string("dashboard/bulk_progress.html", context, request=request)
+    head, rest = page.split("<!-- progress -->")
+    between, tail = rest.split("<!-- done -->")
+    yield head
+    result = bulk.BulkResult(matched=0, applied=0)
+    batches = bulk.run(
+        action,
+        jobs,
+        user=request.user,
+        source=SOURCE,
+        description=queries.describe_filter(filters),
+    )
+    for result in batches:
+        yield format_html(
+            "<li>{} jobs done, {} changed</li>\n", f"{result.matched:,}", f"{result.applied:,}"
+        )
+    yield between
+    yield render_to_string("dashboard/bulk_done.html", {**context, "result": result})
+    yield tail
 
 
 @require_POST
@@ -217,12 +357,25 @@ def _report(request, result, job_id):
 
 
 def _back(request, job_id):
+    return redirect(_next(request) or reverse("dashboard:job", args=[job_id]))
+
+
+def _next(request):
+    """The page a form came from (its `next` field), when it is one of ours."""
     target = request.POST.get("next", "")
     if "\x00" in target or not url_has_allowed_host_and_scheme(
         target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
-        target = reverse("dashboard:job", args=[job_id])
-    return redirect(target)
+        return None
+    return target
+
+
+def _list_url(filters: dict) -> str:
+    """The list a bulk action's filter came from: dead letters, or the job list."""
+    if filters.get("state") == JobState.DEAD_LETTER:
+        rest = {k: v for k, v in filters.items() if k != "state"}
+        return reverse("dashboard:dead_letters") + _query(rest)
+    return reverse("dashboard:jobs") + _query(filters)
 
 
 def _already_rerun(new_id):

@@ -1,8 +1,9 @@
-"""Retry, rerun and cancel: the one implementation every front end calls.
+"""Retry, rerun, cancel and discard: the one implementation every front end calls.
 
-Each is a guarded update, so two concurrent calls have one effect. `retry` and `cancel` return
-whether they changed the job; `rerun` returns the new Job or None. Pass `user` and `source`
-to have an audit entry written (the console and the API always do).
+Each is a guarded update, so two concurrent calls have one effect. `retry`, `cancel` and
+`discard` return whether they changed the job; `rerun` returns the new Job or None. Pass `user`
+and `source` to have an audit entry written (the console and the API always do); a bulk action
+(`jobs.bulk`) passes `record=False` and writes one entry for the whole batch instead.
 """
 
 import uuid
@@ -13,12 +14,13 @@ from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from . import store
+from . import payload, store
 from .models import AuditEntry, Job
 from .states import TERMINAL, JobState
 
 RETRYABLE = (JobState.DEAD_LETTER, JobState.CANCELLED)
 CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING)
+DISCARDABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.SUCCEEDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,9 @@ def _job_id(job_or_id):
         return None
 
 
-def _audit(job_id, action, outcome, *, user=None, source="python", result_job_id=None):
+def _audit(job_id, action, outcome, *, user=None, source="python", result_job_id=None, record=True):
+    if not record:
+        return
     AuditEntry.objects.create(
         job_id=job_id,
         user=user if getattr(user, "pk", None) else None,
@@ -57,7 +61,7 @@ def _state_of(job_id):
     return Job.objects.filter(id=job_id).values_list("state", flat=True).first()
 
 
-def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
+def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     job_id = _job_id(job_or_id)
     if job_id is None:
         return ActionResult(False, "no such job")
@@ -67,7 +71,7 @@ def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
         except IntegrityError:
             # Another job took the dedup_key while this one was terminal; the partial unique
             # index decided, so two concurrent retries or enqueues never both win.
-            refused = _refused_for_dedup_key(job_id, user=user, source=source)
+            refused = _refused_for_dedup_key(job_id, user=user, source=source, record=record)
             if refused is None:
                 raise
             return refused
@@ -80,7 +84,7 @@ def retry_job(job_or_id, *, user=None, source="python") -> ActionResult:
             message = "job used all 100 attempts; rerun it instead"
         else:
             message = f"job already {_words(state)}"
-        _audit(job_id, "retry", message, user=user, source=source)
+        _audit(job_id, "retry", message, user=user, source=source, record=record)
         if changed:
             store.notify_workers()
     return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
@@ -111,7 +115,7 @@ def _put_back_in_line(job_id) -> int:
         )
 
 
-def _refused_for_dedup_key(job_id, *, user, source) -> ActionResult | None:
+def _refused_for_dedup_key(job_id, *, user, source, record) -> ActionResult | None:
     job = Job.objects.get(id=job_id)
     if not job.dedup_key:
         return None
@@ -121,7 +125,7 @@ def _refused_for_dedup_key(job_id, *, user, source) -> ActionResult | None:
         message = f"dedup_key {job.dedup_key!r} was taken by another job; try again"
     else:
         message = f"dedup_key {job.dedup_key!r} is held by job {holder}; retry it once that ends"
-    _audit(job_id, "retry", message, user=user, source=source)
+    _audit(job_id, "retry", message, user=user, source=source, record=record)
     return ActionResult(False, message, job=job, held_by=holder)
 
 
@@ -135,8 +139,23 @@ def _exhausted():
     )
 
 
-def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> ActionResult:
-    """Enqueue a new run. A repeated `request_key` (one press of a button) has one effect."""
+def rerun_job(
+    job_or_id, *, args=None, kwargs=None, user=None, source="python", request_key=""
+) -> ActionResult:
+    """Enqueue a new run. A repeated `request_key` (one press of a button) has one effect.
+
+    `args` and `kwargs`, when given, replace the original's (an edited rerun); they are checked
+    like an enqueue's and a bad value raises TypeError/ValueError before anything is written.
+    """
+    edited = args is not None or kwargs is not None
+    if args is not None:
+        if not isinstance(args, list | tuple):
+            raise TypeError("args must be a list")
+        args = payload.check_json(list(args), "args")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise TypeError("kwargs must be an object (a dict)")
+        kwargs = payload.check_json(dict(kwargs), "kwargs")
     job_id = _job_id(job_or_id)
     original = Job.objects.filter(id=job_id).first() if job_id else None
     if original is None:
@@ -157,8 +176,8 @@ def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> Actio
                     "id": new_id,
                     "task_path": original.task_path,
                     "backend": original.backend,
-                    "args": original.args,
-                    "kwargs": original.kwargs,
+                    "args": original.args if args is None else args,
+                    "kwargs": original.kwargs if kwargs is None else kwargs,
                     "queue_name": original.queue_name,
                     "priority": original.priority,
                     "state": JobState.PENDING,
@@ -177,6 +196,7 @@ def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> Actio
                 outcome="new run enqueued",
                 result_job_id=new_id,
                 request_key=request_key,
+                detail=_edit_detail(original, args, kwargs) if edited else {},
             )
     except IntegrityError:
         # The same press arrived twice at once: the other one made the run.
@@ -188,6 +208,16 @@ def rerun_job(job_or_id, *, user=None, source="python", request_key="") -> Actio
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
 
 
+def _edit_detail(original, args, kwargs):
+    return {
+        "old": {"args": original.args, "kwargs": original.kwargs},
+        "new": {
+            "args": original.args if args is None else args,
+            "kwargs": original.kwargs if kwargs is None else kwargs,
+        },
+    }
+
+
 def _earlier_rerun(request_key):
     entry = AuditEntry.objects.filter(request_key=request_key).first()
     if entry is None:
@@ -196,7 +226,7 @@ def _earlier_rerun(request_key):
     return ActionResult(False, "already rerun", job=entry.job, new_job=new_job)
 
 
-def cancel_job(job_or_id, *, user=None, source="python") -> ActionResult:
+def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     job_id = _job_id(job_or_id)
     if job_id is None:
         return ActionResult(False, "no such job")
@@ -227,8 +257,44 @@ def cancel_job(job_or_id, *, user=None, source="python") -> ActionResult:
                 message = "cancel already requested"
             else:
                 message = f"job already {_words(state)}"
-        _audit(job_id, "cancel", message, user=user, source=source)
+        _audit(job_id, "cancel", message, user=user, source=source, record=record)
     return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
+def discard_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
+    """Delete a finished job (not a running or waiting one) with its attempts.
+
+    Jobs that point at it (reruns, continuations) keep their rows with the link cleared. The
+    audit entry names the job by id and task, so it outlives the job.
+    """
+    job_id = _job_id(job_or_id)
+    if job_id is None:
+        return ActionResult(False, "no such job")
+    with transaction.atomic():
+        # A guarded no-op write first: it locks the row (PostgreSQL) or the database (SQLite), so
+        # the state cannot change between this check and the delete.
+        held = Job.objects.filter(id=job_id, state__in=DISCARDABLE).update(
+            cancel_requested_at=F("cancel_requested_at")
+        )
+        job = Job.objects.filter(id=job_id).only("id", "task_path", "state").first()
+        if job is None:
+            return ActionResult(False, "no such job")
+        if not held:
+            message = f"job is {_words(job.state)}; only finished jobs can be discarded"
+            _audit(job_id, "discard", message, user=user, source=source, record=record)
+            return ActionResult(False, message, job=job)
+        Job.objects.filter(id=job_id).delete()
+        if record:
+            AuditEntry.objects.create(
+                user=user if getattr(user, "pk", None) else None,
+                username=user.get_username() if getattr(user, "pk", None) else "",
+                action="discard",
+                source=source,
+                outcome="job and its attempts deleted",
+                subject=str(job_id),
+                task_path=job.task_path,
+            )
+    return ActionResult(True, "job discarded", job=job)
 
 
 def _words(state):
@@ -243,11 +309,20 @@ def retry(job_id, **audit) -> bool:
     return retry_job(job_id, **audit).changed
 
 
-def rerun(job_id, **audit) -> Job | None:
-    """Enqueue a new run of a finished job, linked to it through rerun_of."""
-    return rerun_job(job_id, **audit).new_job
+def rerun(job_id, args=None, kwargs=None, **audit) -> Job | None:
+    """Enqueue a new run of a finished job, linked to it through rerun_of.
+
+    With `args`/`kwargs`, the new run takes those instead (checked like an enqueue: a bad
+    value raises TypeError/ValueError and creates nothing).
+    """
+    return rerun_job(job_id, args=args, kwargs=kwargs, **audit).new_job
 
 
 def cancel(job_id, **audit) -> bool:
     """Cancel a job that has not finished (a running job is stopped by its worker)."""
     return cancel_job(job_id, **audit).changed
+
+
+def discard(job_id, **audit) -> bool:
+    """Delete a dead-lettered, cancelled or succeeded job and its attempts."""
+    return discard_job(job_id, **audit).changed

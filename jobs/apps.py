@@ -7,5 +7,5 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # Registers the SQLite clock functions on every connection, from the first one on.
-        from . import store  # noqa: F401
+        # Registers the SQLite clock and search functions on every connection, from the first on.
+        from . import search, store  # noqa: F401

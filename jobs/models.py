@@ -246,7 +246,11 @@ class WorkerNode(models.Model):
 class AuditEntry(models.Model):
     """Who did what to a job, from the console, the API or Python."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="audit_entries")
+    # Null for actions on no single job (a queue, a bulk action) and for a discard, whose job is
+    # gone; `subject` then names what was acted on.
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -259,10 +263,20 @@ class AuditEntry(models.Model):
     # A caller's key for one press of a button: the same key twice has one effect.
     request_key = models.CharField(max_length=100, blank=True, default="")
     at = models.DateTimeField(default=timezone.now)
+    # A discarded job's id, a queue's name, or a bulk action's filter.
+    subject = models.CharField(max_length=255, blank=True, default="")
+    task_path = models.CharField(max_length=255, blank=True, default="")
+    # What the action changed: old and new arguments of an edited rerun, a bulk action's counts.
+    detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["job", "-at"], name="audit_job_recent")]
+        indexes = [
+            models.Index(fields=["job", "-at"], name="audit_job_recent"),
+            models.Index(
+                fields=["subject", "-at"], condition=~Q(subject=""), name="audit_subject_recent"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["request_key"], condition=~Q(request_key=""), name="audit_request_once"
@@ -270,9 +284,19 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self):
-        return (
-            f"{self.username or 'system'} {self.action} {self.job_id} at {self.at:%Y-%m-%d %H:%M}"
-        )
+        target = self.job_id or self.subject
+        return f"{self.username or 'system'} {self.action} {target} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class PausedQueue(models.Model):
+    """A queue workers claim nothing from until it is resumed (see `jobs.queues`)."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(default=timezone.now)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+
+    def __str__(self):
+        return f"{self.name} (paused)"
 
 
 class CounterDeltaQuerySet(models.QuerySet):

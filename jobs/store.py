@@ -24,6 +24,8 @@ JOB = "jobs_job"
 ATTEMPT = "jobs_attempt"
 COUNTER = "jobs_counterdelta"
 NOTIFY_CHANNEL = "jobsite_jobs"
+# Queues nobody claims from (jobs.queues); a handful of rows at most.
+PAUSED = "jobs_pausedqueue"
 
 
 # Django stores SQLite datetimes as str() of the naive UTC value (no fraction when the
@@ -420,6 +422,7 @@ def claim(*, worker_id: str, queues: list[str] | None, limit: int, lease_seconds
             WHERE state IN ({CLAIMABLE_SQL}) AND run_after <= {d.now}
               AND attempt < max_attempts
               AND (not_after IS NULL OR not_after > {d.now}) {queue_filter}
+              AND queue_name NOT IN (SELECT name FROM {PAUSED})
             ORDER BY priority DESC, run_after
             LIMIT %s {lock}
         )

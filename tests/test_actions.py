@@ -261,3 +261,85 @@ def test_concurrent_retries_of_two_dead_letters_sharing_a_dedup_key_let_one_win(
     assert len(winners) == 1
     assert Job.objects.filter(dedup_key="shared", state=JobState.PENDING).count() == 1
     assert {r.held_by for r in results if not r.changed} <= {winners[0].job.id, None}
+
+
+# Discard.
+
+
+@pytest.mark.parametrize("state", [JobState.DEAD_LETTER, JobState.CANCELLED, JobState.SUCCEEDED])
+def test_discard_deletes_a_finished_job_and_its_attempts_keeping_the_audit(state):
+    user = get_user_model().objects.create_user("ops", is_staff=True)
+    job = make_job(state)
+    add_attempts(job, ["failed"])
+    rerun = make_job(JobState.PENDING, rerun_of=job)
+    continuation = make_job(JobState.SUCCEEDED, parent=job)
+    assert actions.discard(job.id, user=user, source="api") is True
+    assert not Job.objects.filter(id=job.id).exists()
+    assert not Attempt.objects.filter(job_id=job.id).exists()
+    rerun.refresh_from_db()
+    continuation.refresh_from_db()
+    assert (rerun.rerun_of_id, continuation.parent_id) == (None, None)
+    entry = AuditEntry.objects.get(action="discard")
+    assert (entry.subject, entry.task_path, entry.username, entry.source, entry.job_id) == (
+        str(job.id),
+        job.task_path,
+        "ops",
+        "api",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "state", [JobState.PENDING, JobState.SCHEDULED, JobState.RUNNING, JobState.RETRYING]
+)
+def test_discard_refuses_a_job_that_has_not_finished(state):
+    job = make_job(state)
+    result = actions.discard_job(job.id)
+    assert result.changed is False and "only finished jobs" in result.message
+    assert Job.objects.filter(id=job.id).exists()
+
+
+def test_discard_of_an_unknown_id_changes_nothing():
+    assert actions.discard(uuid.uuid4()) is False
+    assert actions.discard("not-an-id") is False
+
+
+# Edit and rerun.
+
+
+def test_rerun_with_new_arguments_runs_them_and_audits_old_and_new():
+    job = make_job(JobState.DEAD_LETTER, args=[1, 0], kwargs={"a": 1})
+    new = actions.rerun(job.id, args=[1, 2], kwargs={"b": [True]})
+    assert (new.args, new.kwargs, new.rerun_of_id) == ([1, 2], {"b": [True]}, job.id)
+    job.refresh_from_db()
+    assert (job.args, job.kwargs) == ([1, 0], {"a": 1})
+    entry = AuditEntry.objects.get(action="rerun")
+    assert entry.detail == {
+        "old": {"args": [1, 0], "kwargs": {"a": 1}},
+        "new": {"args": [1, 2], "kwargs": {"b": [True]}},
+    }
+
+
+def test_rerun_with_only_kwargs_keeps_the_original_args():
+    job = make_job(JobState.SUCCEEDED, args=[5], kwargs={})
+    new = actions.rerun(job.id, kwargs={"x": "y"})
+    assert (new.args, new.kwargs) == ([5], {"x": "y"})
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        ({"not": "a list"}, None, TypeError),
+        (None, [1], TypeError),
+        ([float("nan")], None, ValueError),
+        (["a\x00b"], None, ValueError),
+        ([object()], None, TypeError),
+        (None, {1: "non-string key"}, TypeError),
+    ],
+)
+def test_rerun_with_bad_arguments_is_a_clear_error_and_creates_nothing(args, kwargs, error):
+    job = make_job(JobState.DEAD_LETTER)
+    with pytest.raises(error):
+        actions.rerun(job.id, args=args, kwargs=kwargs)
+    assert Job.objects.count() == 1
+    assert not AuditEntry.objects.exists()

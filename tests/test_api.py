@@ -51,6 +51,10 @@ ENDPOINTS = {
     "retry": ("post", "/api/v1/jobs/{id}/retry", JobState.DEAD_LETTER, 200),
     "rerun": ("post", "/api/v1/jobs/{id}/rerun", JobState.SUCCEEDED, 201),
     "cancel": ("post", "/api/v1/jobs/{id}/cancel", JobState.PENDING, 200),
+    "discard": ("post", "/api/v1/jobs/{id}/discard", JobState.SUCCEEDED, 200),
+    "queues": ("get", "/api/v1/queues", JobState.PENDING, 200),
+    "pause": ("post", "/api/v1/queues/emails/pause", JobState.PENDING, 200),
+    "resume": ("post", "/api/v1/queues/emails/resume", JobState.PENDING, 200),
 }
 READS = [name for name, (method, *_) in ENDPOINTS.items() if method == "get"]
 ACTIONS = [name for name, (method, *_) in ENDPOINTS.items() if method == "post"]

@@ -16,6 +16,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from dashboard.api import Position
 from dashboard.openapi import document
@@ -95,19 +96,30 @@ def test_the_served_document_is_the_one_fuzzed(client, operator):
 def test_every_operation_answers_as_documented_and_never_fails(
     case, operator, wsgi_in_test_transaction
 ):
-    case.call_and_validate(headers=operator)
+    excluded = []
+    if case.operation.path == "/jobs/{job_id}/rerun":
+        # JSON Schema cannot say "no NUL or lone surrogate in any string at any depth": such
+        # arguments are valid to the document and rightly refused (400) by the API.
+        excluded.append(positive_data_acceptance)
+    case.call_and_validate(headers=operator, excluded_checks=excluded)
 
 
 # --- beyond the document: raw strings anywhere -------------------------------------------------
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
-PATHS = ["/api/v1/jobs", "/api/v1/metrics/summary", "/metrics", "/api/v1/openapi.json"]
+PATHS = [
+    "/api/v1/jobs",
+    "/api/v1/queues",
+    "/api/v1/metrics/summary",
+    "/metrics",
+    "/api/v1/openapi.json",
+]
 
 
 @given(
     path=st.sampled_from(PATHS),
     pairs=st.lists(
-        st.tuples(st.sampled_from(["state", "queue", "task", "limit", "cursor"]) | TEXT, TEXT),
+        st.tuples(st.sampled_from(["state", "queue", "task", "q", "limit", "cursor"]) | TEXT, TEXT),
         max_size=4,
     ),
 )
@@ -125,8 +137,8 @@ def test_any_query_string_gets_an_answer_not_a_crash(client, operator, path, pai
 
 
 @given(
-    job_id=TEXT.filter(lambda s: "/" not in s),
-    action=st.sampled_from(["", "/retry", "/rerun", "/cancel"]),
+    job_id=TEXT.filter(lambda s: "/" not in s and s != "bulk"),
+    action=st.sampled_from(["", "/retry", "/rerun", "/cancel", "/discard"]),
 )
 @FUZZ
 def test_any_job_id_gets_a_json_404_not_a_crash(client, operator, job_id, action):

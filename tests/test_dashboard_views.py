@@ -17,9 +17,9 @@ from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.states import TERMINAL, JobState
 
 PASSWORD = "correct horse battery staple"
-PAGES = ["/", "/jobs/", "/dead-letters/", "/workers/"]
+PAGES = ["/", "/jobs/", "/dead-letters/", "/queues/", "/workers/"]
 ACTIONS = ["retry", "rerun", "cancel"]
-ACTION_LABELS = ("Retry", "Rerun", "Cancel")
+ACTION_LABELS = ("Retry", "Rerun", "Cancel", "Discard")
 XSS_CORPUS = [
     "<script>alert(1)</script>",
     '"><img src=x onerror=alert(1)>',
@@ -366,16 +366,18 @@ def test_every_action_is_audited_and_shown_on_the_job_page(operator_client, dead
         (JobState.SCHEDULED, ["Cancel"]),
         (JobState.RUNNING, ["Cancel"]),
         (JobState.RETRYING, ["Cancel"]),
-        (JobState.SUCCEEDED, ["Rerun"]),
-        (JobState.CANCELLED, ["Retry", "Rerun"]),
-        (JobState.DEAD_LETTER, ["Retry", "Rerun"]),
+        (JobState.SUCCEEDED, ["Rerun", "Discard"]),
+        (JobState.CANCELLED, ["Retry", "Rerun", "Discard"]),
+        (JobState.DEAD_LETTER, ["Retry", "Rerun", "Discard"]),
     ],
 )
 def test_job_page_shows_only_the_buttons_its_state_allows(operator_client, state, expected):
     job = make_job(state)
     html = operator_client.get(reverse("dashboard:job", args=[job.id])).content.decode()
     assert [b for b in buttons_in(html) if b in ACTION_LABELS] == expected
-    assert html.count('method="post"') == len(expected) + 1  # + the logout form
+    edit_form = 1 if state in TERMINAL else 0
+    # + the logout form
+    assert html.count('method="post"') == len(expected) + edit_form + 1
 
 
 @pytest.mark.django_db

@@ -41,7 +41,13 @@ def test_anonymous_users_are_sent_to_the_host_projects_login_url(client):
 def test_console_pages_link_under_the_prefix(staff_client):
     job = make_job(state=JobState.DEAD_LETTER)
 
-    for url in ["/ops/", "/ops/jobs/", f"/ops/jobs/{job.id}/", "/ops/dead-letters/"]:
+    for url in [
+        "/ops/",
+        "/ops/jobs/",
+        f"/ops/jobs/{job.id}/",
+        "/ops/dead-letters/",
+        "/ops/queues/",
+    ]:
         response = staff_client.get(url)
         assert response.status_code == 200, url
     page = staff_client.get("/ops/").content.decode()

@@ -1,0 +1,96 @@
+"""One action over every job a filter matches: retry, cancel or discard, in batches.
+
+Each job goes through the same guarded action as a single press (`jobs.actions`), so a job not
+allowed in its state is matched but not changed. The whole run writes one audit entry with its
+counts instead of one per job.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from . import actions
+from .models import AuditEntry
+
+ACTIONS = {
+    "retry": actions.retry_job,
+    "cancel": actions.cancel_job,
+    "discard": actions.discard_job,
+}
+BATCH = 500
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkResult:
+    matched: int
+    applied: int
+
+
+def apply(
+    action: str,
+    jobs,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    **audit,
+) -> BulkResult:
+    """Apply `action` to every job of the queryset `jobs`; `progress(matched, applied)` per batch.
+
+    With `dry_run`, only count. `audit` takes `user`, `source`, `description` and `batch` as
+    `run` does.
+    """
+    if dry_run:
+        _check(action)
+        return BulkResult(matched=jobs.count(), applied=0)
+    result = BulkResult(matched=0, applied=0)
+    for result in run(action, jobs, **audit):
+        if progress:
+            progress(result.matched, result.applied)
+    return result
+
+
+def run(
+    action: str,
+    jobs,
+    *,
+    user=None,
+    source: str = "python",
+    description: str = "",
+    batch: int = BATCH,
+) -> Iterator[BulkResult]:
+    """Apply `action` batch by batch, yielding the running totals after each batch.
+
+    Batches walk the ids in order, so jobs that the action moves out of the filter are neither
+    missed nor seen twice. The audit entry is written at the end, or with the totals so far when
+    the caller stops early (a closed progress page).
+    """
+    act = ACTIONS[_check(action)]
+    ids = jobs.order_by("id").values_list("id", flat=True)
+    matched = applied = 0
+    last = None
+    try:
+        while True:
+            chunk = list((ids.filter(id__gt=last) if last else ids)[:batch])
+            if not chunk:
+                break
+            last = chunk[-1]
+            matched += len(chunk)
+            applied += sum(
+                act(job_id, user=user, source=source, record=False).changed for job_id in chunk
+            )
+            yield BulkResult(matched=matched, applied=applied)
+    finally:
+        AuditEntry.objects.create(
+            user=user if getattr(user, "pk", None) else None,
+            username=user.get_username() if getattr(user, "pk", None) else "",
+            action=f"bulk {action}",
+            source=source,
+            outcome=f"{applied:,} of {matched:,} matching jobs changed",
+            subject=description[:255],
+            detail={"matched": matched, "applied": applied, "filter": description},
+        )
+
+
+def _check(action: str) -> str:
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+    return action

@@ -1,0 +1,158 @@
+"""Finding jobs by what an operator knows: an id prefix, a task, an argument, a key, an error.
+
+A job matches a search text when the text is a prefix (6+ hex characters) of its id, appears
+in its task path, in any string among its args or kwargs (at any depth), in its dedup_key, or in
+its error type or message, ignoring case; or when the text is a number equal to a number among
+its arguments (`1003` finds `[1003]`, not `[10030]`).
+
+The arguments are read through two database functions of the same name on both databases:
+`jobsite_search_strings(args, kwargs, dedup_key)` (every string, lower-cased, one per line) and
+`jobsite_search_numbers(args, kwargs)` (every number, each between spaces). On SQLite they are
+the Python functions below, registered on each connection. On PostgreSQL they are SQL functions
+(migration 0007), and what makes a search fast there is a trigram (pg_trgm) GIN index on the
+plain JSON text, `lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, ''))`:
+it narrows the rows to those whose JSON holds the text anywhere, and the functions then decide
+on those few. Indexing the JSON text rather than the functions' output keeps the cost of every
+insert and state change low (the functions are not run on the write path). A second trigram
+index covers `lower(error_type || newline || error_message)` of failed jobs only.
+"""
+
+import json
+import re
+import uuid
+
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.db.models import F, Func, Q, TextField, Value
+from django.db.models.functions import Concat
+from django.dispatch import receiver
+
+# An id prefix shorter than this would match too much to be what anyone meant.
+MIN_ID_PREFIX = 6
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+def _scalars(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _scalars(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _scalars(item)
+    else:
+        yield value
+
+
+def _loaded(*texts):
+    for text in texts:
+        if text is None:
+            continue
+        try:
+            yield from _scalars(json.loads(text))
+        except ValueError:
+            continue
+
+
+def search_strings(args, kwargs, dedup_key) -> str:
+    """Every string among the arguments and the dedup key, lower-cased, one per line."""
+    strings = [v for v in _loaded(args, kwargs) if isinstance(v, str)]
+    if dedup_key:
+        strings.append(dedup_key)
+    return "\n".join(strings).lower()
+
+
+def search_numbers(args, kwargs) -> str:
+    """Every number among the arguments in its decimal text, each between spaces."""
+    numbers = [
+        json.dumps(v)
+        for v in _loaded(args, kwargs)
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return " " + " ".join(numbers) + " "
+
+
+@receiver(connection_created)
+def _register_sqlite_functions(sender, connection, **kwargs):
+    if connection.vendor == "sqlite":
+        raw = connection.connection
+        raw.create_function("jobsite_search_strings", 3, search_strings, deterministic=True)
+        raw.create_function("jobsite_search_numbers", 2, search_numbers, deterministic=True)
+
+
+class _SearchStrings(Func):
+    function = "jobsite_search_strings"
+    output_field = TextField()
+
+
+class _SearchNumbers(Func):
+    function = "jobsite_search_numbers"
+    output_field = TextField()
+
+
+class _ArgumentsJson(Func):
+    """The JSON text the PostgreSQL arguments index holds, written exactly as in the index."""
+
+    output_field = TextField()
+
+    def as_sql(self, compiler, connection, **extra):
+        return "lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, ''))", []
+
+
+class _ErrorText(Func):
+    """lower(error_type || newline || error_message): the expression the error index holds."""
+
+    template = "lower(%(expressions)s)"
+    output_field = TextField()
+
+    def __init__(self):
+        super().__init__(Concat(F("error_type"), Value("\n"), F("error_message")))
+
+    def as_postgresql(self, compiler, connection, **extra):
+        # Written exactly as in the index, so PostgreSQL can use it.
+        return "lower(error_type || E'\\n' || error_message)", []
+
+
+def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids starting with `text`, when it is 6-32 hex digits (dashes allowed)."""
+    digits = text.replace("-", "").lower()
+    if MIN_ID_PREFIX <= len(digits) <= 32 and all(c in "0123456789abcdef" for c in digits):
+        return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+    return None
+
+
+def matching(text: str, *, task_paths=()) -> Q:
+    """The condition for jobs matching the search `text` (see the module's docstring).
+
+    `task_paths` are the known task paths; those containing the text match by an index probe
+    each, which is cheaper than a pattern over every row's task path.
+    """
+    needle = text.lower()
+    arguments = Q(_search_strings__contains=needle)
+    if NUMBER.fullmatch(text.strip()):
+        arguments |= Q(_search_numbers__contains=f" {text.strip()} ")
+    if connection.vendor == "postgresql" and _plain_in_json(needle):
+        # The index narrows to rows whose JSON text holds the needle; the functions decide.
+        arguments &= Q(_search_json__contains=needle.strip())
+    condition = arguments | Q(~Q(error_type=""), _search_errors__contains=needle)
+    ids = id_prefix_range(text)
+    if ids:
+        condition |= Q(id__gte=ids[0], id__lte=ids[1])
+    tasks = [path for path in task_paths if needle in path.lower()]
+    if tasks:
+        condition |= Q(task_path__in=tasks)
+    return condition
+
+
+def _plain_in_json(needle: str) -> bool:
+    """Does `needle` appear as itself in JSON text? Quotes, backslashes and controls are escaped."""
+    return not any(c in '"\\' or c < " " for c in needle)
+
+
+def search(queryset, text: str, *, task_paths=()):
+    """`queryset` narrowed to the jobs matching `text`."""
+    return queryset.alias(
+        _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
+        _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
+        _search_errors=_ErrorText(),
+        _search_json=_ArgumentsJson(),
+    ).filter(matching(text, task_paths=task_paths))

@@ -1,0 +1,48 @@
+"""Pausing queues: the engine calls, and the real worker skipping a paused queue."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from jobs import queues
+from jobs.models import AuditEntry, Job, PausedQueue
+from jobs.states import JobState
+from tests import tasks
+
+
+@pytest.mark.django_db
+def test_pause_and_resume_are_persisted_and_audited():
+    user = get_user_model().objects.create_user("ops", is_staff=True)
+    assert queues.pause("emails", user=user, source="api") is True
+    assert queues.pause("emails") is False
+    assert queues.is_paused("emails")
+    assert list(queues.paused()) == ["emails"]
+    assert PausedQueue.objects.get().paused_by == "ops"
+    assert queues.resume("emails") is True
+    assert queues.resume("emails") is False
+    assert not queues.is_paused("emails")
+    entries = list(AuditEntry.objects.order_by("at", "id").values_list("action", "subject"))
+    assert entries == [("pause queue", "emails"), ("resume queue", "emails")]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["", "x" * 101, "a\x00b", None])
+def test_a_bad_queue_name_is_refused(name):
+    with pytest.raises(ValueError):
+        queues.pause(name)
+    assert not PausedQueue.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_claims_nothing_from_a_paused_queue_and_enqueues_still_land(run_worker):
+    queues.pause("emails")
+    held = tasks.add.using(queue_name="emails").enqueue(1, 1)
+    free = tasks.add.enqueue(2, 2)
+    proc = run_worker()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Job.objects.get(id=held.id).state == JobState.PENDING
+    assert Job.objects.get(id=free.id).state == JobState.SUCCEEDED
+
+    queues.resume("emails")
+    proc = run_worker("--queue", "emails")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Job.objects.get(id=held.id).state == JobState.SUCCEEDED

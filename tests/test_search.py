@@ -1,0 +1,86 @@
+import pytest
+
+from jobs.models import Job
+from jobs.search import search, search_numbers, search_strings
+from jobs.states import JobState
+from tests.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def found(text, **kwargs):
+    return set(search(Job.objects.all(), text, **kwargs).values_list("id", flat=True))
+
+
+def test_finds_a_string_argument_at_any_depth_ignoring_case():
+    deep = make_job(kwargs={"report": {"columns": ["Revenue_EUR", "cost"]}})
+    make_job(kwargs={"report": {"columns": ["cost"]}})
+    assert found("revenue_eur") == {deep.id}
+    assert found("REVENUE") == {deep.id}
+
+
+def test_finds_a_number_argument_only_by_its_exact_decimal_text():
+    invoice = make_job(args=[1003])
+    make_job(args=[10030])
+    nested = make_job(kwargs={"ids": [[7, 1003.5]]})
+    assert found("1003") == {invoice.id}
+    assert found("1003.5") == {nested.id}
+
+
+def test_a_string_holding_digits_matches_by_substring():
+    job = make_job(kwargs={"ref": "invoice-10030"})
+    assert found("1003") == {job.id}
+
+
+def test_finds_keys_values_not_key_names():
+    make_job(kwargs={"customer_email": "a@b.c"})
+    assert found("customer_email") == set()
+    assert len(found("a@b.c")) == 1
+
+
+def test_finds_by_dedup_key_error_type_and_error_message():
+    keyed = make_job(dedup_key="Welcome-42")
+    failed = make_job(
+        JobState.DEAD_LETTER, error_type="SMTPServerDisconnected", error_message="Conn lost"
+    )
+    assert found("welcome-4") == {keyed.id}
+    assert found("smtp") == {failed.id}
+    assert found("CONN LOST") == {failed.id}
+
+
+def test_finds_by_id_prefix_of_six_hex_characters_or_more():
+    job = make_job()
+    make_job()
+    assert found(job.id.hex[:12]) == {job.id}
+    assert found(str(job.id)[:13].upper()) == {job.id}
+    assert found(str(job.id)) == {job.id}
+
+
+def test_finds_by_part_of_a_task_path_given_the_known_paths():
+    job = make_job(task_path="tests.tasks.send_invoice")
+    assert found("send_inv", task_paths=["tests.tasks.send_invoice", "tests.tasks.add"]) == {job.id}
+
+
+def test_wildcards_in_the_text_are_taken_literally():
+    make_job(kwargs={"name": "abc"})
+    percent = make_job(kwargs={"name": "50%_off"})
+    assert found("%") == {percent.id}
+    assert found("_") == {percent.id}
+
+
+def test_search_text_functions_mirror_what_postgresql_computes():
+    assert search_strings('[1, "A", {"b": ["C"]}]', '{"k": "D"}', "Key") == "a\nc\nd\nkey"
+    assert search_numbers("[1, 2.5, true, null]", "{}") == " 1 2.5 "
+
+
+def test_quotes_and_backslashes_are_found_too():
+    job = make_job(kwargs={"note": 'say "hi" \\ there'})
+    assert found('"hi"') == {job.id}
+    assert found("\\ the") == {job.id}
+
+
+def test_a_number_inside_a_string_is_not_a_number_match_but_a_text_one():
+    text = make_job(kwargs={"ref": "x1003"})
+    number = make_job(args=[1003])
+    assert found("1003") == {text.id, number.id}
+    assert found("x100") == {text.id}
