@@ -69,7 +69,7 @@ def test_with_a_worker_the_import_keeps_running_and_the_sync_keeps_retrying(seed
         }
 
     try:
-        wait_for(living, timeout=90, what="the import running and the sync retrying")
+        wait_for(living, timeout=150, what="the import running and the sync retrying")
         assert Job.objects.filter(state=JobState.PENDING, run_after__gt=timezone.now()).exists()
     finally:
         worker.send_signal(signal.SIGTERM)
