@@ -234,6 +234,12 @@ def pages():
         ("dead letters q=error text", "/dead-letters/?q=smtp", True),
         ("api jobs q=argument text", "/api/v1/jobs?q=user-4242", False),
         ("api queues", "/api/v1/queues", False),
+        ("tasks", "/tasks/", False),
+        ("tasks fragment (poll)", "/tasks/", True),
+        ("task page", f"/tasks/{task}/", False),
+        ("task page fragment (poll)", f"/tasks/{task}/", True),
+        ("/metrics", "/metrics", False),
+        ("/api/v1/metrics/summary", "/api/v1/metrics/summary", False),
     ]
 
 

@@ -356,6 +356,12 @@ def cancel(request, job_id):
     return action_response(actions.cancel_job(job_id, user=request.user, source="api"))
 
 
+@api_view("POST", operate=True)
+def run_now(request, job_id):
+    refuse_parameters(request)
+    return action_response(actions.run_now_job(job_id, user=request.user, source="api"))
+
+
 @api_view("GET")
 def summary(request):
     refuse_parameters(request)

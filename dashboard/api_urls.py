@@ -10,6 +10,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),
+    path("jobs/<str:job_id>/run-now", api.run_now, name="job-run-now"),
     path("jobs/<str:job_id>/discard", api.discard, name="job-discard"),
     path("queues", api.queue_list, name="queue-list"),
     # Any queue name, slashes and line breaks included.

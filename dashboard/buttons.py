@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from jobs.actions import CANCELLABLE, DISCARDABLE, RETRYABLE
+from jobs.actions import CANCELLABLE, DISCARDABLE, RETRYABLE, due_later
 from jobs.states import TERMINAL, JobState
 
 from .permissions import can_operate
@@ -13,19 +13,30 @@ class Button:
     action: str
     label: str
     url_name: str
-    # Asked before acting (dashboard.js shows it in a dialog).
+    # The question asked before acting; empty for actions that act at once.
     confirm: str = ""
 
 
 RETRY = Button(action="retry", label="Retry", url_name="dashboard:retry")
-RERUN = Button(action="rerun", label="Rerun", url_name="dashboard:rerun")
-CANCEL = Button(action="cancel", label="Cancel", url_name="dashboard:cancel")
+RERUN = Button(
+    action="rerun",
+    label="Rerun",
+    url_name="dashboard:rerun",
+    confirm="Rerun this job? A new run with the same arguments is enqueued.",
+)
+CANCEL = Button(
+    action="cancel",
+    label="Cancel",
+    url_name="dashboard:cancel",
+    confirm="Cancel this job? It will not run again unless someone retries it.",
+)
 DISCARD = Button(
     action="discard",
     label="Discard",
     url_name="dashboard:discard",
     confirm="Discard this job and its attempts? This cannot be undone.",
 )
+RUN_NOW = Button(action="run-now", label="Run now", url_name="dashboard:run_now")
 
 
 def job_buttons(job, user) -> list[Button]:
@@ -33,6 +44,8 @@ def job_buttons(job, user) -> list[Button]:
     if not can_operate(user):
         return []
     buttons = []
+    if due_later(job):
+        buttons.append(RUN_NOW)
     if job.state in RETRYABLE:
         buttons.append(RETRY)
     if job.state in TERMINAL:

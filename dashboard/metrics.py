@@ -2,19 +2,20 @@
 
 Counters are the sums of `CounterDelta` rows that the engine appends in the same transactions
 as the state changes they count, so every worker process on every machine contributes and
-nothing is kept in memory here. Gauges are counts of the job table by state and queue.
+nothing is kept in memory here. Gauges are the jobs per state and queue from
+`jobs.state_counts`, which on PostgreSQL never counts the job table itself.
 """
 
 from dataclasses import dataclass
 
-from django.db.models import Count
 from django.http import HttpResponse
 from django.urls import path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from jobs.models import CounterDelta, Job
+from jobs.models import CounterDelta
+from jobs.state_counts import job_counts
 from jobs.states import JobState
 
 from .auth import api_view
@@ -45,13 +46,12 @@ class Snapshot:
 
 
 def snapshot() -> Snapshot:
-    rows = Job.objects.order_by().values("queue_name", "state").annotate(n=Count("id"))
     states = dict.fromkeys(STATES, 0)
     queues: dict[str, dict[str, int]] = {}
-    for row in rows:
-        states[row["state"]] = states.get(row["state"], 0) + row["n"]
-        queue = queues.setdefault(row["queue_name"], dict.fromkeys(STATES, 0))
-        queue[row["state"]] = row["n"]
+    for (queue_name, state), n in job_counts().items():
+        states[state] = states.get(state, 0) + n
+        queue = queues.setdefault(queue_name, dict.fromkeys(STATES, 0))
+        queue[state] = n
     counters = dict.fromkeys(COUNTERS, 0) | CounterDelta.objects.totals()
     return Snapshot(states=states, queues=dict(sorted(queues.items())), counters=counters)
 

@@ -412,6 +412,12 @@ def document(base: str = "/api/v1") -> dict:
                 "200",
                 "The job, cancelled (or running with cancel_requested_at set).",
             ),
+            "/jobs/{job_id}/run-now": _action(
+                "Extension: make a pending or retrying job waiting for a later run_after due now",
+                "Needs jobs.operate_job. 409 when the job is not waiting for a later moment.",
+                "200",
+                "The job, its run_after now.",
+            ),
             "/metrics/summary": {
                 "get": {
                     "summary": "Jobs per state and per queue, and the lifetime counters",

@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/retry/", views.retry, name="retry"),
     path("jobs/<uuid:job_id>/rerun/", views.rerun, name="rerun"),
     path("jobs/<uuid:job_id>/cancel/", views.cancel, name="cancel"),
+    path("jobs/<uuid:job_id>/run-now/", views.run_now, name="run_now"),
     path("jobs/<uuid:job_id>/discard/", views.discard, name="discard"),
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
     path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
@@ -24,6 +25,8 @@ urlpatterns = [
     re_path(r"^queues/(?P<name>[\s\S]+)/pause/$", views.queue_pause, name="queue_pause"),
     re_path(r"^queues/(?P<name>[\s\S]+)/resume/$", views.queue_resume, name="queue_resume"),
     path("workers/", views.worker_list, name="workers"),
+    path("tasks/", views.task_list, name="tasks"),
+    path("tasks/<path:task_path>/", views.task_detail, name="task"),
     path("no-access/", views.no_access, name="no_access"),
 ]
 urlpatterns += [

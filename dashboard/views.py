@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import StreamingHttpResponse
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -22,10 +22,12 @@ from jobs import actions, bulk, queues
 from jobs.models import Job
 from jobs.states import JobState
 
-from . import queries
+from . import buttons as action_buttons
+from . import queries, task_stats
 from .access import operator_required, staff_required
 from .buttons import job_buttons
 from .chart import attempts_chart
+from .errors import error_page
 from .forms import (
     BULK_CAP,
     BulkActionForm,
@@ -72,9 +74,12 @@ def job_list(request):
         page = queries.jobs_page(
             form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
         )
+    now = timezone.now()
     context = {
         "form": form,
         "page": page,
+        # The "runs at" column only where a row waits for a later moment.
+        "shows_runs_at": bool(page) and any(actions.due_later(j, now) for j in page.rows),
         # Only the whole page shows the suggestions, so only it runs these queries.
         "queue_names": partial(queries.distinct_names, "queue_name"),
         "task_names": partial(queries.distinct_names, "task_path"),
@@ -89,13 +94,16 @@ def job_list(request):
 @staff_required
 @vary_on_headers("HX-Request")
 def job_detail(request, job_id):
-    job = get_object_or_404(Job, id=job_id)
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
     return _job_page(request, job)
 
 
 def _job_page(request, job, *, edit_form=None, status=200):
     context = {
         "job": job,
+        "due_later": actions.due_later(job),
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
@@ -162,6 +170,32 @@ def worker_list(request):
 
 
 @require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_list(request):
+    context = {"tasks": task_stats.task_list()}
+    template = "dashboard/tasks.html"
+    if request.htmx:
+        template += "#tasks"
+    return render(request, template, context)
+
+
+@require_GET
+@staff_required
+@vary_on_headers("HX-Request")
+def task_detail(request, task_path):
+    # No stored task path holds a NUL (PostgreSQL refuses one in a query).
+    detail = None if "\x00" in task_path else task_stats.task_detail(task_path)
+    if detail is None:
+        return error_page(request, 404, f"No job of the task {task_path!r} is stored.")
+    context = {"task_path": task_path, "detail": detail}
+    template = "dashboard/task_detail.html"
+    if request.htmx:
+        template += "#task"
+    return render(request, template, context)
+
+
+@require_GET
 def no_access(request):
     if can_view(request.user):
         return redirect("dashboard:overview")
@@ -184,20 +218,33 @@ def retry(request, job_id):
 @require_POST
 @operator_required
 def cancel(request, job_id):
+    if asking := _ask_first(request, action_buttons.CANCEL, job_id):
+        return asking
     result = actions.cancel_job(job_id, user=request.user, source=SOURCE)
     return _report(request, result, job_id)
 
 
 @require_POST
 @operator_required
+def run_now(request, job_id):
+    result = actions.run_now_job(job_id, user=request.user, source=SOURCE)
+    return _report(request, result, job_id)
+
+
+@require_POST
+@operator_required
 def rerun(request, job_id):
+    if asking := _ask_first(request, action_buttons.RERUN, job_id):
+        return asking
     # The form carries a one-time token: the same press sent twice reruns once, across processes.
     token = request.POST.get("token", "")[:64]
     key = f"dashboard:{request.user.pk}:{token}" if token else ""
     arguments = {}
     if request.POST.get("edit"):
         # Edit and rerun: the new arguments, shown back with their errors when they are refused.
-        job = get_object_or_404(Job, id=job_id)
+        job = Job.objects.filter(id=job_id).first()
+        if job is None:
+            return error_page(request, 404, f"No job has the id {job_id}.")
         form = EditRerunForm(request.POST)
         if form.is_valid():
             arguments = {"args": form.cleaned_data["args"], "kwargs": form.cleaned_data["kwargs"]}
@@ -221,9 +268,11 @@ def rerun(request, job_id):
 @require_POST
 @operator_required
 def discard(request, job_id):
+    if asking := _ask_first(request, action_buttons.DISCARD, job_id):
+        return asking
     result = actions.discard_job(job_id, user=request.user, source=SOURCE)
     if result.job is None:
-        raise Http404("no such job")
+        return error_page(request, 404, f"No job has the id {job_id}.")
     if not result.changed:
         return _report(request, result, job_id)
     messages.success(request, f"job {str(job_id)[:8]} discarded with its attempts")
@@ -341,9 +390,25 @@ def bulk_retry(request):
 # Helpers of the actions.
 
 
+def _ask_first(request, button, job_id):
+    """The page asking to confirm, when the form came with confirm=ask (no script ran).
+
+    dashboard.js asks in a dialog and posts confirm=yes; a POST without the field (scripts,
+    tests) acts at once, as the contract says.
+    """
+    if request.POST.get("confirm") != "ask":
+        return None
+    job = Job.objects.filter(id=job_id).first()
+    if job is None:
+        return error_page(request, 404, f"No job has the id {job_id}.")
+    carried = [(name, request.POST[name]) for name in ("next", "token") if request.POST.get(name)]
+    context = {"button": button, "job": job, "carried": carried, "back": _back_url(request, job_id)}
+    return render(request, "dashboard/confirm.html", context)
+
+
 def _report(request, result, job_id):
     if result.job is None:
-        raise Http404("no such job")
+        return error_page(request, 404, f"No job has the id {job_id}.")
     if result.new_job is not None:
         url = reverse("dashboard:job", args=[result.new_job.id])
         text = format_html('{}: <a href="{}">open the new run</a>', result.message, url)
@@ -357,7 +422,11 @@ def _report(request, result, job_id):
 
 
 def _back(request, job_id):
-    return redirect(_next(request) or reverse("dashboard:job", args=[job_id]))
+    return redirect(_back_url(request, job_id))
+
+
+def _back_url(request, job_id):
+    return _next(request) or reverse("dashboard:job", args=[job_id])
 
 
 def _next(request):

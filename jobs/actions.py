@@ -1,9 +1,9 @@
-"""Retry, rerun, cancel and discard: the one implementation every front end calls.
+"""Retry, rerun, cancel, run now and discard: the one implementation every front end calls.
 
-Each is a guarded update, so two concurrent calls have one effect. `retry`, `cancel` and
-`discard` return whether they changed the job; `rerun` returns the new Job or None. Pass `user`
-and `source` to have an audit entry written (the console and the API always do); a bulk action
-(`jobs.bulk`) passes `record=False` and writes one entry for the whole batch instead.
+Each is a guarded update, so two concurrent calls have one effect. `retry`, `cancel`, `run_now`
+and `discard` return whether they changed the job; `rerun` returns the new Job or None. Pass
+`user` and `source` to have an audit entry written (the console and the API always do); a bulk
+action (`jobs.bulk`) passes `record=False` and writes one entry for the whole batch instead.
 """
 
 import uuid
@@ -21,6 +21,16 @@ from .states import TERMINAL, JobState
 RETRYABLE = (JobState.DEAD_LETTER, JobState.CANCELLED)
 CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING)
 DISCARDABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.SUCCEEDED)
+# Waiting for a run_after in the future; "run now" brings that moment forward.
+RUNNABLE_NOW = (JobState.PENDING, JobState.RETRYING)
+
+
+def due_later(job, now=None):
+    """When `job` waits for a run_after still ahead (the moment "run now" brings forward)."""
+    now = now or timezone.now()
+    if job.state in RUNNABLE_NOW and job.run_after > now:
+        return job.run_after
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +271,30 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
     return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
 
 
+def run_now_job(job_or_id, *, user=None, source="python") -> ActionResult:
+    job_id = _job_id(job_or_id)
+    if job_id is None:
+        return ActionResult(False, "no such job")
+    now = timezone.now()
+    with transaction.atomic():
+        changed = Job.objects.filter(id=job_id, state__in=RUNNABLE_NOW, run_after__gt=now).update(
+            run_after=now
+        )
+        state = _state_of(job_id)
+        if state is None:
+            return ActionResult(False, "no such job")
+        if changed:
+            message = "job due now"
+        elif state in RUNNABLE_NOW:
+            message = "job already due"
+        else:
+            message = f"job already {_words(state)}"
+        _audit(job_id, "run now", message, user=user, source=source)
+        if changed:
+            store.notify_workers()
+    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
 def discard_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     """Delete a finished job (not a running or waiting one) with its attempts.
 
@@ -321,6 +355,11 @@ def rerun(job_id, args=None, kwargs=None, **audit) -> Job | None:
 def cancel(job_id, **audit) -> bool:
     """Cancel a job that has not finished (a running job is stopped by its worker)."""
     return cancel_job(job_id, **audit).changed
+
+
+def run_now(job_id, **audit) -> bool:
+    """Make a pending or retrying job that waits for a later run_after due at once."""
+    return run_now_job(job_id, **audit).changed
 
 
 def discard(job_id, **audit) -> bool:

@@ -322,3 +322,17 @@ class CounterDelta(models.Model):
 
     def __str__(self):
         return f"{self.name} += {self.value}"
+
+
+class JobCountDelta(models.Model):
+    """Append-only changes of the number of jobs per queue and state (see `jobs.state_counts`).
+
+    Written by database triggers on PostgreSQL, never by Python code.
+    """
+
+    queue_name = models.CharField(max_length=100)
+    state = models.CharField(max_length=16)
+    n = models.BigIntegerField()
+
+    def __str__(self):
+        return f"{self.queue_name}/{self.state} {self.n:+}"

@@ -215,6 +215,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
+# A refused form (stale or missing token) answers inside the console layout.
+CSRF_FAILURE_VIEW = "dashboard.errors.csrf_failure"
 SESSION_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 

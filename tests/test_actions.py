@@ -1,9 +1,11 @@
 import threading
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.utils import timezone
 
 from jobs import actions
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
@@ -261,6 +263,48 @@ def test_concurrent_retries_of_two_dead_letters_sharing_a_dedup_key_let_one_win(
     assert len(winners) == 1
     assert Job.objects.filter(dedup_key="shared", state=JobState.PENDING).count() == 1
     assert {r.held_by for r in results if not r.changed} <= {winners[0].job.id, None}
+
+
+# Run now.
+
+
+def test_run_now_makes_a_job_waiting_for_later_due_at_once_and_audits_it():
+    job = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+    before = timezone.now()
+    assert actions.run_now(job.id, source="api") is True
+    job.refresh_from_db()
+    assert before <= job.run_after <= timezone.now()
+    assert job.state == JobState.PENDING
+    entry = AuditEntry.objects.get(job=job)
+    assert (entry.action, entry.outcome, entry.source) == ("run now", "job due now", "api")
+
+
+def test_run_now_brings_a_retrying_job_forward_keeping_its_attempts():
+    job = make_job(JobState.RETRYING, attempt=1, run_after=timezone.now() + timedelta(minutes=5))
+    assert actions.run_now(job.id) is True
+    job.refresh_from_db()
+    assert (job.state, job.attempt) == (JobState.RETRYING, 1)
+    assert job.run_after <= timezone.now()
+
+
+def test_run_now_of_a_job_already_due_changes_nothing_and_says_so():
+    job = make_job(JobState.PENDING, run_after=timezone.now() - timedelta(seconds=5))
+    result = actions.run_now_job(job.id)
+    assert (result.changed, result.message) == (False, "job already due")
+
+
+@pytest.mark.parametrize("state", [JobState.SCHEDULED, JobState.RUNNING, *sorted(TERMINAL)])
+def test_run_now_is_refused_outside_pending_and_retrying(state):
+    job = make_job(state, run_after=timezone.now() + timedelta(hours=1))
+    result = actions.run_now_job(job.id)
+    assert result.changed is False
+    job.refresh_from_db()
+    assert job.run_after > timezone.now()
+
+
+def test_run_now_of_an_unknown_job_is_false():
+    assert actions.run_now(uuid.uuid4()) is False
+    assert actions.run_now("not-a-uuid") is False
 
 
 # Discard.

@@ -533,3 +533,36 @@ def test_last_used_at_is_written_at_most_once_a_minute(client):
 
     assert unchanged == recent
     assert ApiToken.objects.get().last_used_at > recent
+
+
+def test_run_now_makes_a_job_waiting_for_later_due(client, operator_headers):
+    job = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+
+    response = client.post(f"/api/v1/jobs/{job.id}/run-now", headers=operator_headers)
+
+    assert response.status_code == 200
+    job.refresh_from_db()
+    assert job.run_after <= timezone.now()
+    assert response.json()["id"] == str(job.id)
+    assert response.json()["state"] == "pending"
+    assert AuditEntry.objects.get(job=job).source == "api"
+
+
+def test_run_now_of_a_due_or_finished_job_is_a_409(client, operator_headers):
+    for job in (make_job(JobState.PENDING), make_job(JobState.SUCCEEDED)):
+        response = client.post(f"/api/v1/jobs/{job.id}/run-now", headers=operator_headers)
+        assert response.status_code == 409
+        assert response.json()["job"]["id"] == str(job.id)
+
+
+def test_run_now_needs_the_operate_permission(client, reader_headers):
+    job = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+    response = client.post(f"/api/v1/jobs/{job.id}/run-now", headers=reader_headers)
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.run_after > timezone.now()
+
+
+def test_run_now_of_an_unknown_job_is_a_404(client, operator_headers):
+    response = client.post(f"/api/v1/jobs/{uuid.uuid4()}/run-now", headers=operator_headers)
+    assert response.status_code == 404

@@ -633,7 +633,7 @@ def test_oldest_due_job_is_found_across_priorities_and_ignores_future_ones(viewe
     make_job(JobState.RETRYING, queue_name="q1", priority=9, attempt=1, run_after=now)
     html = viewer_client.get("/").content.decode()
     row = re.search(r'\?queue=q1">q1</a></th>(.*?)</tr>', html, re.S).group(1)
-    assert row.rstrip().endswith('<td class="num">12 min</td>')
+    assert row.rstrip().endswith('<td class="num" data-label="Oldest due">12 min</td>')
 
 
 @pytest.mark.django_db
@@ -643,7 +643,7 @@ def test_queue_split_beyond_the_sample_is_an_estimate(viewer_client, monkeypatch
         make_job(queue_name="emails")
     html = viewer_client.get("/").content.decode()
     row = re.search(r'\?queue=emails">emails</a></th>(.*?)</tr>', html, re.S).group(1)
-    assert '<td class="num" title="about 3 (estimate)">≈ 3</td>' in row
+    assert '<td class="num" data-label="Pending" title="about 3 (estimate)">≈ 3</td>' in row
 
 
 @pytest.mark.django_db

@@ -8,6 +8,7 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from jobs.actions import due_later as job_due_later
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 
 from ..buttons import job_buttons
@@ -36,18 +37,31 @@ def _span(seconds: float) -> str:
 
 @register.simple_tag
 def when(moment: datetime | None, empty: str = "—"):
-    """A relative time ("3 min ago", "in 15 s"), the absolute UTC time on hover."""
+    """A relative time with the absolute UTC time beside it: "3 min ago · 02:31:07 UTC".
+
+    The clock time alone for today (UTC), with the date for any other day; the full
+    timestamp is the title too.
+    """
     if moment is None:
         return empty
-    delta = (moment - timezone.now()).total_seconds()
+    now = timezone.now()
+    delta = (moment - now).total_seconds()
     relative = (
         "just now"
         if abs(delta) < 1
         else (f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago")
     )
-    absolute = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    utc = moment.astimezone(UTC)
+    full = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    today = utc.date() == now.astimezone(UTC).date()
+    clock = utc.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M")
     return format_html(
-        '<time datetime="{}" title="{}">{}</time>', moment.isoformat(), absolute, relative
+        '<time datetime="{}" title="{}">{}<span class="abs-time">'
+        '<span class="abs-sep"> · </span>{} UTC</span></time>',
+        moment.isoformat(),
+        full,
+        relative,
+        clock,
     )
 
 
@@ -96,6 +110,14 @@ def number(value) -> str:
 
 
 @register.filter
+def percent(fraction) -> str:
+    """A share as a percentage: "12.5 %"; "—" when there is none."""
+    if fraction is None:
+        return "—"
+    return f"{fraction * 100:.1f} %".replace(".0 %", " %")
+
+
+@register.filter
 def short_id(value) -> str:
     """The first 8 hex digits, which the job search also takes."""
     return str(value)[:8]
@@ -127,5 +149,13 @@ def action_token() -> str:
 
 
 @register.simple_tag
-def buttons_for(job, user):
-    return job_buttons(job, user)
+def due_later(job):
+    """The later run_after a pending or retrying job waits for, or None."""
+    return job_due_later(job)
+
+
+@register.simple_tag
+def buttons_for(job, user, *only):
+    """The buttons of `job` for `user`, or only those whose action is in `only`."""
+    buttons = job_buttons(job, user)
+    return [b for b in buttons if b.action in only] if only else buttons

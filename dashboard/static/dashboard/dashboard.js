@@ -2,38 +2,125 @@
 (function () {
   "use strict";
 
-  // A live region ([data-poll]) refreshes itself with htmx polling. Skip a refresh while the tab
-  // is hidden, or while the operator is using the region (ticked rows, an open traceback, a
-  // focused field): swapping it then would throw their work away.
-  function inUse(region) {
-    if (region.querySelector("input[type=checkbox]:checked, details[open]")) {
-      return true;
+  // --- live refresh --------------------------------------------------------------------------
+  // A live region ([data-poll]) refreshes itself with htmx polling. A refresh is skipped while the
+  // tab is hidden, while the operator turned live refresh off (remembered in localStorage), or
+  // while they are using the region (ticked rows, an open traceback, a focused field): swapping
+  // it then would throw their work away. The indicator in the top bar says which.
+  var LIVE_KEY = "jobsite.live-refresh";
+
+  function liveOff() {
+    try {
+      return window.localStorage.getItem(LIVE_KEY) === "off";
+    } catch (error) {
+      return false;
+    }
+  }
+
+  function setLiveOff(off) {
+    try {
+      if (off) {
+        window.localStorage.setItem(LIVE_KEY, "off");
+      } else {
+        window.localStorage.removeItem(LIVE_KEY);
+      }
+    } catch (error) {
+      // Storage refused (private mode): the choice lasts for this page only.
+    }
+  }
+
+  // Why `region` should not refresh now, in words, or "" when it may.
+  function pauseReason(region) {
+    if (liveOff()) {
+      return "Live refresh off";
+    }
+    // A confirmation open over the page: its form must still be there when it is answered.
+    if (document.querySelector("dialog[open]")) {
+      return "Paused while a dialog is open";
+    }
+    if (region.querySelector("details[open]")) {
+      return "Paused: a traceback is open";
+    }
+    if (region.querySelector("input[type=checkbox]:checked")) {
+      return "Paused: rows are ticked";
     }
     var focused = document.activeElement;
-    return Boolean(focused && region.contains(focused) && focused.matches("input, select, textarea"));
+    if (focused && region.contains(focused) && focused.matches("input, select, textarea")) {
+      return "Paused while you use a field";
+    }
+    return "";
+  }
+
+  function liveRegions() {
+    return document.querySelectorAll("[data-poll]");
+  }
+
+  function showLiveStatus() {
+    var status = document.querySelector("[data-live-status]");
+    var toggle = document.querySelector("[data-live-toggle]");
+    if (!status || !toggle) {
+      return;
+    }
+    var regions = liveRegions();
+    status.hidden = toggle.hidden = regions.length === 0;
+    var reason = "";
+    regions.forEach(function (region) {
+      reason = reason || pauseReason(region);
+    });
+    status.textContent = reason || "Live";
+    status.classList.toggle("is-paused", Boolean(reason));
+    toggle.setAttribute("aria-pressed", liveOff() ? "false" : "true");
+    toggle.textContent = liveOff() ? "Turn live refresh on" : "Turn live refresh off";
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var region = event.detail.elt;
-    if (region.hasAttribute("data-poll") && (document.hidden || inUse(region))) {
+    if (region.hasAttribute("data-poll") && (document.hidden || pauseReason(region))) {
       event.preventDefault();
     }
+    showLiveStatus();
   });
 
-  // Back on the tab: refresh at once instead of waiting for the next tick.
-  document.addEventListener("visibilitychange", function () {
-    if (document.hidden || !window.htmx) {
+  // Back on the tab, or live refresh turned back on: refresh at once instead of on the next tick.
+  function wakeAll() {
+    if (!window.htmx) {
       return;
     }
-    document.querySelectorAll("[data-poll]").forEach(function (region) {
+    liveRegions().forEach(function (region) {
       window.htmx.trigger(region, "wake");
     });
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) {
+      wakeAll();
+    }
   });
 
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest("[data-live-toggle]")) {
+      return;
+    }
+    setLiveOff(!liveOff());
+    showLiveStatus();
+    if (!liveOff()) {
+      wakeAll();
+    }
+  });
+
+  // Opening a traceback, ticking a row or moving focus can pause or resume the refresh.
+  ["focusin", "focusout", "change"].forEach(function (name) {
+    document.addEventListener(name, function () {
+      window.setTimeout(showLiveStatus, 0);
+    });
+  });
+  document.addEventListener("toggle", showLiveStatus, true);
+
+  // --- selecting rows for bulk actions ---------------------------------------------------------
   // "Tick every row": only useful with script, so it is hidden until this runs.
   function reveal(root) {
-    root.querySelectorAll("[data-select-all]").forEach(function (box) {
-      box.hidden = false;
+    root.querySelectorAll("[data-select-all], [data-needs-script]").forEach(function (element) {
+      element.hidden = false;
     });
   }
 
@@ -48,10 +135,73 @@
     });
   });
 
+  // --- confirmations ---------------------------------------------------------------------------
+  // A form with data-confirm posts confirm=ask, which the server answers with a page that asks.
+  // Here the question is asked in a modal dialog instead (the rest of the page is inert while
+  // it is open, Esc goes back), and a confirmed form posts confirm=yes. This listener runs in
+  // the capture phase, before htmx's own submit handler on the form.
+  var confirmDialog = null;
+
+  function buildConfirmDialog() {
+    var dialog = document.createElement("dialog");
+    dialog.className = "dialog confirm-dialog";
+    dialog.setAttribute("aria-labelledby", "confirm-dialog-question");
+    dialog.innerHTML =
+      '<form method="dialog">' +
+      '<p id="confirm-dialog-question" class="dialog-question"></p>' +
+      '<div class="actions">' +
+      '<button type="submit" value="back" class="button button-quiet">Go back</button>' +
+      '<button type="submit" value="confirm" class="button" data-confirm-verb autofocus></button>' +
+      "</div></form>";
+    document.body.appendChild(dialog);
+    return dialog;
+  }
+
+  function askFirst(form) {
+    confirmDialog = confirmDialog || buildConfirmDialog();
+    var dialog = confirmDialog;
+    var verb = form.querySelector("button[type=submit], button:not([type])");
+    var label = verb ? verb.textContent.trim() : "Confirm";
+    dialog.querySelector(".dialog-question").textContent = form.getAttribute("data-confirm");
+    var confirmButton = dialog.querySelector("[data-confirm-verb]");
+    confirmButton.textContent = label;
+    confirmButton.className = "button button-" + (form.getAttribute("data-action") || "confirm");
+    dialog.returnValue = "";
+    dialog.onclose = function () {
+      dialog.onclose = null;
+      window.setTimeout(showLiveStatus, 0);
+      if (dialog.returnValue !== "confirm" || !form.isConnected) {
+        return;
+      }
+      var field = form.querySelector('input[name="confirm"]');
+      field.value = "yes";
+      form.requestSubmit();
+      // The request took its values as it was issued; the form asks again next time.
+      field.value = "ask";
+    };
+    dialog.showModal();
+    confirmButton.focus();
+  }
+
+  document.addEventListener(
+    "submit",
+    function (event) {
+      var form = event.target;
+      var field = form.querySelector('input[name="confirm"]');
+      if (!form.hasAttribute("data-confirm") || !field || field.value !== "ask") {
+        return;
+      }
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      askFirst(form);
+    },
+    true
+  );
+
   // A plain (non-htmx) form submits once, however often its button is clicked.
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    if (form.hasAttribute("hx-post") || form.hasAttribute("hx-get")) {
+    if (event.defaultPrevented || form.hasAttribute("hx-post") || form.hasAttribute("hx-get")) {
       return;
     }
     if (form.method.toLowerCase() === "post" && form.dataset.submitted) {
@@ -61,10 +211,154 @@
     form.dataset.submitted = "yes";
   });
 
+  // --- keyboard triage -------------------------------------------------------------------------
+  // j/k move the selection through the job rows ([data-job-row]), Enter opens the selected job,
+  // r retries it (or the job of the page), / goes to the search field, ? lists these keys.
+  // The selection is kept by job id, so it survives a live refresh of the list.
+  var selectedId = null;
+  var helpDialog = null;
+  var SHORTCUTS = [
+    ["j", "Select the next job"],
+    ["k", "Select the previous job"],
+    ["Enter", "Open the selected job"],
+    ["r", "Retry the selected job (or the job on its page)"],
+    ["/", "Search"],
+    ["?", "Show these shortcuts"],
+    ["Esc", "Close a dialog"],
+  ];
+
+  function jobRows() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-job-row]"));
+  }
+
+  function selectedRow() {
+    return jobRows().filter(function (row) {
+      return row.getAttribute("data-job-id") === selectedId;
+    })[0];
+  }
+
+  function markSelection() {
+    jobRows().forEach(function (row) {
+      var on = row.getAttribute("data-job-id") === selectedId;
+      row.classList.toggle("is-selected", on);
+      if (on) {
+        row.setAttribute("aria-current", "true");
+      } else {
+        row.removeAttribute("aria-current");
+      }
+    });
+  }
+
+  function move(step) {
+    var rows = jobRows();
+    if (!rows.length) {
+      return;
+    }
+    var index = rows.indexOf(selectedRow());
+    index = index < 0 ? (step > 0 ? 0 : rows.length - 1) : index + step;
+    index = Math.max(0, Math.min(rows.length - 1, index));
+    selectedId = rows[index].getAttribute("data-job-id");
+    markSelection();
+    rows[index].scrollIntoView({ block: "nearest" });
+  }
+
+  function retrySelected() {
+    var scope = selectedRow() || (jobRows().length ? null : document);
+    var form = scope && scope.querySelector('form[data-action="retry"]');
+    if (form) {
+      form.requestSubmit();
+    }
+  }
+
+  function openSelected() {
+    var row = selectedRow();
+    if (row && row.getAttribute("data-href")) {
+      window.location.assign(row.getAttribute("data-href"));
+    }
+  }
+
+  function buildHelpDialog() {
+    var dialog = document.createElement("dialog");
+    dialog.className = "dialog help-dialog";
+    dialog.setAttribute("aria-labelledby", "help-dialog-title");
+    var rows = SHORTCUTS.map(function (pair) {
+      return "<dt><kbd>" + pair[0] + "</kbd></dt><dd>" + pair[1] + "</dd>";
+    }).join("");
+    dialog.innerHTML =
+      '<form method="dialog"><h2 id="help-dialog-title">Keyboard shortcuts</h2>' +
+      '<dl class="shortcuts">' + rows + "</dl>" +
+      '<div class="actions"><button type="submit" class="button" autofocus>Close</button></div>' +
+      "</form>";
+    document.body.appendChild(dialog);
+    return dialog;
+  }
+
+  function showHelp() {
+    helpDialog = helpDialog || buildHelpDialog();
+    if (!helpDialog.open) {
+      helpDialog.showModal();
+    }
+  }
+
+  function typing(element) {
+    return Boolean(
+      element && (element.isContentEditable || element.matches("input, select, textarea"))
+    );
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) {
+      return;
+    }
+    if (typing(event.target) || document.querySelector("dialog[open]")) {
+      return;
+    }
+    var search = document.querySelector('input[type="search"][name="q"]');
+    switch (event.key) {
+      case "j":
+        move(1);
+        break;
+      case "k":
+        move(-1);
+        break;
+      case "Enter":
+        if (!selectedRow() || event.target.closest("a, button")) {
+          return;
+        }
+        openSelected();
+        break;
+      case "r":
+        retrySelected();
+        break;
+      case "/":
+        if (!search) {
+          return;
+        }
+        search.focus();
+        search.select();
+        break;
+      case "?":
+        showHelp();
+        break;
+      default:
+        return;
+    }
+    event.preventDefault();
+  });
+
+  document.addEventListener("click", function (event) {
+    if (event.target.closest("[data-shortcuts-help]")) {
+      showHelp();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     reveal(document);
+    showLiveStatus();
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     reveal(event.detail.elt.parentNode || document);
+    markSelection();
+    showLiveStatus();
   });
 })();

@@ -1,0 +1,281 @@
+"""Confirmations, keyboard triage, live-refresh control, error pages and the per-task pages in a
+real browser (Playwright driving Debian's Chromium against the live server).
+
+Screenshots go to a temporary folder whose path is printed; run with `-s` to see it.
+"""
+
+# The browser fixtures are shared with test_dashboard_browser.py; tests take them by name.
+# ruff: noqa: F811
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from jobs.models import Attempt, Job
+from jobs.states import JobState
+from tests.test_dashboard_browser import (  # noqa: F401
+    LAPTOP,
+    OVERFLOWING,
+    PHONE,
+    browser,
+    dead_letter_of_add,
+    open_console,
+    operator,
+    screenshots,
+)
+from tests.test_dashboard_views import make_job
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Triggers a refresh of the page's live region and says whether htmx went on to send it.
+REFRESH_SENT = """() => new Promise((resolve) => {
+  const region = document.querySelector("[data-poll]");
+  let sent = false;
+  const seen = () => { sent = true; };
+  region.addEventListener("htmx:beforeSend", seen, { once: true });
+  window.htmx.trigger(region, "wake");
+  setTimeout(() => { region.removeEventListener("htmx:beforeSend", seen); resolve(sent); }, 300);
+})"""
+
+
+def base_of(page):
+    """The live server's address, from the page's URL."""
+    return "/".join(page.url.split("/")[:3])
+
+
+# Confirmations.
+
+
+def test_rerun_asks_in_a_dialog_escape_keeps_things_as_they_are_and_confirm_reruns(open_console):
+    job = dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Rerun this job? A new run with the same arguments")
+    expect(dialog.get_by_role("button", name="Rerun", exact=True)).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    dialog.get_by_role("button", name="Go back").click()
+    expect(dialog).to_be_hidden()
+    assert not Job.objects.filter(rerun_of=job).exists()
+
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    dialog.get_by_role("button", name="Rerun", exact=True).click()
+    expect(page.locator("#job .messages")).to_contain_text("new run enqueued")
+    assert Job.objects.filter(rerun_of=job).count() == 1
+
+
+def test_cancel_without_javascript_goes_through_the_confirmation_page(open_console):
+    job = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+    page = open_console(javascript=False)
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    expect(page.get_by_role("heading", name="Cancel add")).to_be_visible()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("job cancelled")
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+def test_run_now_brings_a_scheduled_job_forward(open_console):
+    job = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/")
+    expect(page.get_by_role("columnheader", name="Runs at")).to_be_visible()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    expect(page.locator(".runs-at")).to_contain_text("in 59 min")
+    page.get_by_role("button", name="Run now").click()
+    expect(page.locator("#job .messages")).to_contain_text("job due now")
+    expect(page.get_by_role("button", name="Run now")).to_have_count(0)
+    job.refresh_from_db()
+    assert job.run_after <= timezone.now()
+
+
+# Keyboard triage.
+
+
+def test_keyboard_moves_through_rows_retries_searches_and_lists_the_shortcuts(open_console):
+    for _ in range(3):
+        dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{base_of(page)}/dead-letters/")
+    rows = page.locator("tr[data-job-row]")
+    expect(rows).to_have_count(3)
+
+    page.keyboard.press("j")
+    expect(rows.nth(0)).to_have_class("is-selected")
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    expect(rows.nth(1)).to_have_class("is-selected")
+    expect(page.locator("tr.is-selected")).to_have_count(1)
+    selected = rows.nth(1).get_attribute("data-job-id")
+
+    page.keyboard.press("r")
+    expect(page.get_by_role("status")).to_contain_text("job put back in line")
+    assert Job.objects.get(id=selected).state == JobState.PENDING
+    assert Job.objects.filter(state=JobState.DEAD_LETTER).count() == 2
+
+    page.keyboard.press("/")
+    search = page.get_by_role("searchbox", name="Search")
+    expect(search).to_be_focused()
+    search.type("jk")  # typing in a field is not a shortcut
+    expect(page.locator("tr.is-selected")).to_have_count(0)
+    page.keyboard.press("Escape")
+    search.blur()
+
+    page.keyboard.press("?")
+    help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
+    expect(help_dialog).to_be_visible()
+    expect(help_dialog).to_contain_text("Retry the selected job")
+    page.keyboard.press("Escape")
+    expect(help_dialog).to_be_hidden()
+
+
+def test_enter_opens_the_selected_job(open_console):
+    job = make_job(JobState.SUCCEEDED)
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/")
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="add")).to_be_visible()
+    assert page.url.endswith(f"/jobs/{job.id}/")
+
+
+def test_r_on_a_job_page_retries_that_job(open_console):
+    job = dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    page.keyboard.press("r")
+    expect(page.locator("#job .messages")).to_contain_text("job put back in line")
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+
+# Live refresh.
+
+
+def test_live_refresh_says_when_it_pauses_and_can_be_turned_off_and_on(open_console):
+    job = make_job(JobState.RETRYING, attempt=1, run_after=timezone.now() + timedelta(hours=1))
+    now = timezone.now()
+    Attempt.objects.create(
+        job=job, number=1, outcome="failed", started_at=now, finished_at=now,
+        error_type="ValueError", error_message="boom", error_traceback="Traceback ...",
+    )  # fmt: skip
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    status = page.locator("[data-live-status]")
+    toggle = page.get_by_role("button", name="Turn live refresh off")
+    expect(status).to_have_text("Live")
+    assert page.evaluate(REFRESH_SENT) is True
+
+    page.get_by_text("Traceback", exact=True).click()
+    expect(status).to_have_text("Paused: a traceback is open")
+    assert page.evaluate(REFRESH_SENT) is False
+    page.get_by_text("Traceback", exact=True).click()
+    expect(status).to_have_text("Live")
+
+    # A confirmation open over the page: the form it answers for is not swapped away.
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    expect(status).to_have_text("Paused while a dialog is open")
+    assert page.evaluate(REFRESH_SENT) is False
+    page.keyboard.press("Escape")
+    expect(status).to_have_text("Live")
+
+    toggle.click()
+    expect(status).to_have_text("Live refresh off")
+    assert page.evaluate(REFRESH_SENT) is False
+    page.reload()  # remembered
+    expect(page.locator("[data-live-status]")).to_have_text("Live refresh off")
+    assert page.evaluate(REFRESH_SENT) is False
+    # Turned back on, the region refreshes at once.
+    with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.id}/")):
+        page.get_by_role("button", name="Turn live refresh on").click()
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    assert page.evaluate(REFRESH_SENT) is True
+
+
+def test_ticking_a_row_pauses_the_dead_letter_list_and_says_so(open_console):
+    dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{base_of(page)}/dead-letters/")
+    page.locator('input[name="ids"]').first.check()
+    expect(page.locator("[data-live-status]")).to_have_text("Paused: rows are ticked")
+
+
+# Errors.
+
+
+def test_an_unknown_job_shows_a_404_inside_the_console(open_console):
+    missing = f"/jobs/{uuid.uuid4()}/"
+    open_console.missing_pages.add(missing)
+    page = open_console()
+    response = page.goto(f"{base_of(page)}{missing}")
+    assert response.status == 404
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    expect(page.get_by_role("navigation", name="Console")).to_be_visible()
+    page.get_by_role("link", name="Back to the overview").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+
+# Screenshots.
+
+
+def test_screenshots_of_overview_jobs_job_and_task_pages(open_console, screenshots):
+    for state in JobState:
+        make_job(state, queue_name="emails", task_path="jobsite.tasks.send_welcome_email")
+    waiting = make_job(JobState.PENDING, run_after=timezone.now() + timedelta(hours=1))
+    job = make_job(JobState.SUCCEEDED, attempt=2, task_path="jobsite.tasks.send_welcome_email")
+    now = timezone.now()
+    Attempt.objects.create(
+        job=job, number=1, outcome="failed", started_at=now - timedelta(seconds=3),
+        finished_at=now - timedelta(seconds=2), error_type="ConnectionError",
+        error_message="SMTP server refused the connection",
+    )  # fmt: skip
+    Attempt.objects.create(
+        job=job, number=2, outcome="succeeded", started_at=now - timedelta(seconds=1),
+        finished_at=now,
+    )  # fmt: skip
+    pages = {
+        "overview": "/",
+        "jobs": "/jobs/",
+        "job-after-retry": f"/jobs/{job.id}/",
+        "job-waiting": f"/jobs/{waiting.id}/",
+        "tasks": "/tasks/",
+        "task": "/tasks/jobsite.tasks.send_welcome_email/",
+        "not-found": f"/jobs/{uuid.uuid4()}/",
+    }
+    open_console.missing_pages.add(pages["not-found"])
+    for scheme in ("light", "dark"):
+        for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
+            page = open_console(viewport=viewport, color_scheme=scheme)
+            for name, path in pages.items():
+                page.goto(base_of(page) + path)
+                expect(page.locator("main h1").first).to_be_visible()
+                assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
+                page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
+            if device == "phone":
+                page.goto(base_of(page) + "/")
+                # The queue figures stay on screen: none is cut off or scrolled out sideways.
+                queue = page.locator("#overview table tbody tr").first
+                for label in ("Dead letters", "Oldest due"):
+                    cell = queue.locator(f'td[data-label="{label}"]')
+                    expect(cell).to_be_visible()
+                    box = cell.bounding_box()
+                    assert box["width"] > 0 and box["x"] + box["width"] <= PHONE["width"], label
+    page.goto(base_of(page) + f"/jobs/{job.id}/")
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    page.screenshot(path=screenshots / "confirm-dialog-phone-dark.png")
+    page.keyboard.press("Escape")
+    page.keyboard.press("?")
+    page.screenshot(path=screenshots / "shortcuts-phone-dark.png")
