@@ -5,15 +5,20 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import render
 from django.urls import reverse
+from django_htmx.middleware import HtmxDetails
 
 from .permissions import can_operate, can_view
 
 
 def staff_required(view):
-    """Staff see the console; anyone else is sent to the login page."""
+    """Staff see the console; anyone else is sent to the host project's login page."""
 
     @wraps(view)
     def wrapper(request, *args, **kwargs):
+        # The host project need not install django-htmx's middleware: the console reads the
+        # HX-Request header through the same `request.htmx` either way.
+        if not hasattr(request, "htmx"):
+            request.htmx = HtmxDetails(request)
         if can_view(request.user):
             return view(request, *args, **kwargs)
         if request.user.is_authenticated:

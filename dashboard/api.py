@@ -178,7 +178,7 @@ def action_response(result: actions.ActionResult):
         held_by = {"held_by": str(result.held_by)} if result.held_by else {}
         return error(409, result.message, job=with_reruns(result.job), **held_by)
     if result.new_job is not None:
-        location = reverse("api:job-detail", args=[result.new_job.id])
+        location = reverse("dashboard:api:job-detail", args=[result.new_job.id])
         return JsonResponse(job_json(result.new_job), status=201, headers={"Location": location})
     return JsonResponse(with_reruns(result.job))
 
@@ -370,9 +370,11 @@ def summary(request):
 
 @api_view("GET")
 def openapi_document(request):
-    return JsonResponse(openapi.document())
+    # The API lives wherever the host project mounted the console.
+    base = reverse("dashboard:api:job-list").removesuffix("/jobs")
+    return JsonResponse(openapi.document(base))
 
 
 @api_view("GET", "POST", "PUT", "PATCH", "DELETE")
 def not_found(request, rest=""):
-    return error(404, "no such API endpoint; see /api/v1/openapi.json")
+    return error(404, f"no such API endpoint; see {reverse('dashboard:api:openapi')}")

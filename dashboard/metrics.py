@@ -98,5 +98,5 @@ def metrics(request):
     return HttpResponse(encode(registry), content_type=content_type)
 
 
-# Included at /metrics by jobsite/urls.py.
+# Included at `metrics` by dashboard/urls.py.
 urlpatterns = [path("", metrics, name="metrics")]

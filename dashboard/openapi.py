@@ -401,7 +401,7 @@ def _schedule_action(summary, ok_status, ok_description, schema_name):
     }
 
 
-def document() -> dict:
+def document(base: str = "/api/v1") -> dict:
     return {
         "openapi": "3.0.3",
         "info": {
@@ -414,7 +414,7 @@ def document() -> dict:
                 "Prometheus metrics are at /metrics, with the same authentication."
             ),
         },
-        "servers": [{"url": "/api/v1"}],
+        "servers": [{"url": base}],
         "security": [{"bearerAuth": []}, {"sessionCookie": []}],
         "paths": {
             "/jobs": {

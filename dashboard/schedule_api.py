@@ -36,7 +36,7 @@ def trigger(request, name):
         result = schedules.trigger_schedule(name, user=request.user, source=SOURCE)
     except schedules.UnknownSchedule:
         return no_such_schedule()
-    location = reverse("api:job-detail", args=[result.job.id])
+    location = reverse("dashboard:api:job-detail", args=[result.job.id])
     return JsonResponse(job_json(result.job), status=201, headers={"Location": location})
 
 

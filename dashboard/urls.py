@@ -1,4 +1,10 @@
-from django.urls import path, re_path
+"""The console, its JSON API (`api/v1/...`) and Prometheus metrics (`metrics`), under one prefix.
+
+A host project mounts all three with `path("ops/", include("dashboard.urls"))`; the demo
+project mounts them at the root.
+"""
+
+from django.urls import include, path, re_path
 
 from . import schedule_views, views
 
@@ -26,4 +32,8 @@ urlpatterns = [
     path("tasks/", views.task_list, name="tasks"),
     path("tasks/<path:task_path>/", views.task_detail, name="task"),
     path("no-access/", views.no_access, name="no_access"),
+]
+urlpatterns += [
+    path("api/v1/", include("dashboard.api_urls")),
+    path("metrics", include("dashboard.metrics")),
 ]

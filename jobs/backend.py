@@ -5,14 +5,18 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 
 from . import payload, retry, store
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
 from .errors import DuplicateJob
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)

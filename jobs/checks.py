@@ -5,10 +5,9 @@ from django.core import checks
 
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs=None, **kwargs):
-    from django.tasks import task_backends
-
     from . import schedules
     from .backend import JobsBackend
+    from .compat import task_backends
 
     errors = []
     for backend in task_backends.all():

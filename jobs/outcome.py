@@ -10,10 +10,8 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.base import TaskError
-
 from . import retry, signals
+from .compat import TaskError, TaskResult, TaskResultStatus
 from .errortext import describe, for_log
 from .states import AttemptOutcome, DeadLetterReason, JobState
 from .store import Claimed, Finish

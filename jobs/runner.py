@@ -8,10 +8,8 @@ attempt planned here, where the exception still exists.
 import inspect
 import json
 
-from django.tasks import TaskResult, TaskResultStatus
-from django.tasks.signals import task_finished, task_started
-
 from . import payload
+from .compat import TaskResult, TaskResultStatus, task_finished, task_started
 from .errors import PoisonJob, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for

@@ -278,7 +278,7 @@ def grace_seconds(backend) -> float:
 
 def _backend(backend=None):
     if backend is None or isinstance(backend, str):
-        from django.tasks import task_backends
+        from .compat import task_backends
 
         return task_backends[backend or "default"]
     return backend

@@ -8,10 +8,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.tasks import Task, TaskContext
-from django.tasks.exceptions import InvalidTask
-
 from . import retry
+from .compat import InvalidTask, Task, TaskContext
 
 _UNSET = object()
 

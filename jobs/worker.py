@@ -25,11 +25,11 @@ from django.db import (
     connection,
 )
 from django.db.backends.signals import connection_created
-from django.tasks import task_backends
 from django.utils import timezone
 
 from . import maintenance, schedules, startup_signals, store
 from . import outcome as oc
+from .compat import task_backends
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
 from .models import Job, WorkerNode

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -59,6 +60,8 @@ INSTALLED_APPS = [
     "axes",
     "jobs",
     "dashboard",
+    # The demo project itself: its tasks and the `demo` command.
+    "jobsite",
 ]
 
 MIDDLEWARE = [
@@ -75,6 +78,11 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it turns a throttled login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
+# Django's built-in Content-Security-Policy (middleware and context processor) is new in 6.0;
+# on 5.2 LTS the other security headers still apply.
+HAS_BUILTIN_CSP = django.VERSION >= (6, 0)
+if not HAS_BUILTIN_CSP:
+    MIDDLEWARE.remove("django.middleware.csp.ContentSecurityPolicyMiddleware")
 
 ROOT_URLCONF = "jobsite.urls"
 WSGI_APPLICATION = "jobsite.wsgi.application"
@@ -90,8 +98,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "django.template.context_processors.csp",
-            ],
+            ]
+            + (["django.template.context_processors.csp"] if HAS_BUILTIN_CSP else []),
         },
     }
 ]
@@ -265,5 +273,6 @@ LOGGING = {
             "propagate": False,
         },
         "django.tasks": {"level": "WARNING"},
+        "django_tasks": {"level": "WARNING"},
     },
 }

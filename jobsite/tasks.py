@@ -3,8 +3,7 @@
 import random
 import time
 
-from django.tasks import task
-
+from jobs.compat import task
 from jobs.errors import Unrecoverable
 from jobs.retry import Exponential, Fixed, NoRetry
 
@@ -61,3 +60,27 @@ def heartbeat_report():
 def nightly_cleanup():
     """Fired at 03:00 Paris time by the demo's `nightly-cleanup` schedule."""
     return {"removed": random.randint(0, 20)}
+
+
+@task(queue_name="imports", timeout=600, takes_context=True)
+def import_catalogue(context, supplier, seconds=180):
+    """A long import that reports progress and stops early when an operator cancels it."""
+    started = time.monotonic()
+    step = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        if context.cancel_requested():
+            context.logger.info("import from %s cancelled after %.0f s", supplier, elapsed)
+            return {"supplier": supplier, "imported": step * 50, "complete": False}
+        step += 1
+        if step % 10 == 0:
+            context.logger.info("import from %s: %s products so far", supplier, step * 50)
+        time.sleep(1)
+    return {"supplier": supplier, "imported": step * 50, "complete": True}
+
+
+@task(queue_name="inventory", max_attempts=6, backoff=Fixed(40, jitter=5), takes_context=True)
+def sync_inventory(context, warehouse):
+    """A flaky upstream: the first four attempts time out, the fifth gets through."""
+    if context.attempt <= 4:
+        raise TimeoutError(f"warehouse {warehouse} API did not answer within 30 s")
+    return {"warehouse": warehouse, "synced": True, "attempts": context.attempt}

@@ -6,8 +6,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("dashboard.api_urls")),
-    path("metrics", include("dashboard.metrics")),
     path("", include("dashboard.urls")),
 ]
 

@@ -5,8 +5,7 @@ import signal
 import time
 from pathlib import Path
 
-from django.tasks import task
-
+from jobs.compat import task
 from jobs.errors import Unrecoverable
 from jobs.retry import Exponential, Fixed, NoRetry
 

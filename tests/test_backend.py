@@ -4,13 +4,17 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.test import override_settings
 from django.utils import timezone
 
 from jobs.backend import JobTask
+from jobs.compat import (
+    InvalidTask,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+)
 from jobs.errors import DuplicateJob
 from jobs.models import CounterDelta, Job
 from jobs.retry import Fixed
@@ -356,7 +360,7 @@ def test_retry_and_dead_letter_signals_carry_attempt_delay_and_reason():
 
 @override_settings(TASKS=EAGER)
 def test_task_started_and_finished_signals_are_sent_for_each_attempt():
-    from django.tasks.signals import task_finished, task_started
+    from jobs.compat import task_finished, task_started
 
     seen = []
 

@@ -5,6 +5,7 @@ import runpy
 import subprocess
 import sys
 
+import django
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
@@ -133,6 +134,12 @@ def test_every_page_carries_the_security_headers(client):
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Referrer-Policy"] == "same-origin"
     assert response["Cross-Origin-Opener-Policy"] == "same-origin"
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="Django's own CSP header is new in 6.0")
+def test_every_page_carries_the_content_security_policy(client):
+    response = client.get("/login/")
     assert "script-src 'self'" in response["Content-Security-Policy"]
     assert "frame-ancestors 'none'" in response["Content-Security-Policy"]
 

@@ -1,9 +1,9 @@
 import argparse
 
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks import task_backends
 
 from jobs import schedules
+from jobs.compat import task_backends
 from jobs.worker import Worker, WorkerConfig
 
 

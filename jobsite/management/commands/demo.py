@@ -1,4 +1,5 @@
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -6,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
 from jobs import actions
 from jobs.eager import run_inline
@@ -64,9 +66,17 @@ class Command(BaseCommand):
         return password
 
     def _seed(self):
-        from jobsite.tasks import add, build_report, charge_card, publish_report, send_welcome_email
+        from jobsite.tasks import (
+            add,
+            build_report,
+            charge_card,
+            import_catalogue,
+            publish_report,
+            send_welcome_email,
+            sync_inventory,
+        )
 
-        steps = 6
+        steps = 9
         self._progress(1, steps, "a finished history: a dead letter and its rerun")
         declined = charge_card.enqueue(1001)
         run_inline(declined.id, backend=charge_card.get_backend())
@@ -91,6 +101,19 @@ class Command(BaseCommand):
         self._progress(6, steps, "two card charges that are declined (dead letters at once)")
         charge_card.enqueue(1002)
         charge_card.enqueue(1003)
+
+        # What keeps the console moving after the first minute.
+        self._progress(7, steps, "a catalogue import that runs for three minutes")
+        import_catalogue.enqueue("acme", seconds=180)
+
+        self._progress(8, steps, "an inventory sync whose upstream fails four times first")
+        sync_inventory.enqueue("north")
+
+        self._progress(9, steps, "emails and reports due later (in 2 to 30 minutes)")
+        now = timezone.now()
+        for minutes, user_id in [(2, 101), (5, 102), (10, 103)]:
+            send_welcome_email.using(run_after=now + timedelta(minutes=minutes)).enqueue(user_id)
+        build_report.using(run_after=now + timedelta(minutes=30), priority=5).enqueue(77)
         total = Job.objects.count()
         self.stdout.write(f"demo ready: {total} jobs in the database")
 

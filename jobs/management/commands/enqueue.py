@@ -1,0 +1,131 @@
+"""`manage.py enqueue dotted.task.path [ARGS...]`: enqueue one job from a shell or a runbook."""
+
+import argparse
+import json
+import re
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from jobs.backend import JobTask, load_task
+from jobs.compat import InvalidTask
+from jobs.errors import DuplicateJob
+
+# Exit status for anything wrong with what was asked (as argparse uses for bad options).
+USAGE_ERROR = 2
+RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def json_or_text(value):
+    """An argument as JSON when it parses as JSON (42, true, null, [1], {"a": 1}), else text."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def json_object(value):
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--kwargs is not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            f"--kwargs must be a JSON object like '{{\"user_id\": 42}}', not {value!r}"
+        )
+    return parsed
+
+
+def moment(value):
+    """ISO 8601 (naive = the project's time zone) or relative to now: +30s, +5m, +2h, +1d."""
+    relative = RELATIVE.match(value.strip())
+    if relative:
+        amount, unit = relative.groups()
+        return timezone.now() + timedelta(seconds=float(amount) * UNIT_SECONDS[unit])
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise argparse.ArgumentTypeError(
+            f"--run-after takes an ISO 8601 date-time (2026-01-31T09:00:00+00:00) or a delay "
+            f"like +30s, +5m, +2h, +1d; not {value!r}"
+        )
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    return parsed
+
+
+def attempts(value):
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= number <= 100:
+        raise argparse.ArgumentTypeError(f"expected 1 to 100 attempts, got {number}")
+    return number
+
+
+def priority(value):
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not -100 <= number <= 100:
+        raise argparse.ArgumentTypeError(f"expected a priority from -100 to 100, got {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Enqueue one job of the task at TASK_PATH and print its id on the last line. Each ARG "
+        "is read as JSON when it parses (42, true, null, [1, 2], '\"42\"' for the text 42), "
+        "otherwise taken as text."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("task_path", metavar="TASK_PATH", help="e.g. myapp.tasks.send_email")
+        parser.add_argument("task_args", nargs="*", type=json_or_text, metavar="ARG")
+        parser.add_argument(
+            "--kwargs", type=json_object, default={}, metavar="JSON", help="keyword arguments"
+        )
+        parser.add_argument("--queue", default=None, metavar="Q", help="queue name")
+        parser.add_argument(
+            "--run-after",
+            type=moment,
+            default=None,
+            metavar="WHEN",
+            help="not before: ISO 8601, or +30s / +5m / +2h / +1d from now",
+        )
+        parser.add_argument("--priority", type=priority, default=None, metavar="N")
+        parser.add_argument("--max-attempts", type=attempts, default=None, metavar="N")
+
+    def handle(
+        self, *_, task_path, task_args, kwargs, queue, run_after, priority, max_attempts, **__
+    ):
+        try:
+            task = load_task(task_path)
+        except (ImportError, TypeError) as e:
+            raise CommandError(f"unknown task {task_path!r}: {e}", returncode=USAGE_ERROR) from None
+        options = {"queue_name": queue, "run_after": run_after, "priority": priority}
+        if max_attempts is not None:
+            if not isinstance(task, JobTask):
+                raise CommandError(
+                    f"{task_path} is not served by the jobs backend; --max-attempts needs it",
+                    returncode=USAGE_ERROR,
+                )
+            options["max_attempts"] = max_attempts
+        try:
+            with transaction.atomic():
+                result = task.using(**options).enqueue(*task_args, **kwargs)
+        except (InvalidTask, DuplicateJob, TypeError, ValueError) as e:
+            raise CommandError(f"not enqueued: {e}", returncode=USAGE_ERROR) from None
+        when = f"at {result.task.run_after.isoformat()}" if result.task.run_after else "now"
+        self.stdout.write(
+            f"Enqueued {task_path} on queue {result.task.queue_name!r}, due {when}. Job id:"
+        )
+        self.stdout.write(str(result.id))
