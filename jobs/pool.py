@@ -408,9 +408,8 @@ class Dispatcher:
         """Send what can start; return the claimed jobs that must be handed back unstarted.
 
         Jobs go out in claim (priority) order. One that fits nowhere — no executor is idle,
-        and it is not a known-short job that may queue behind others — is handed back rather
-        than left waiting in `running`; known-short ones wait here for the next round while
-        some executor runs only known-short jobs.
+        and no executor runs only known-short jobs that will be done within the prefetch
+        budget — is handed back rather than left waiting in `running`.
         """
         while self.ready:
             claimed = self.ready[0]
@@ -423,12 +422,18 @@ class Dispatcher:
             target.send(self.seq, claimed, estimate)
         if not self.ready:
             return []
-        may_queue = any(e.only_short() for e in self.executors if not e.broken)
-        keep, give_back = deque(), []
-        for claimed in self.ready:
-            if not may_queue or self.short_estimate(claimed.task_path) is None:
-                give_back.append(claimed)
-            else:
-                keep.append(claimed)
-        self.ready = keep
+        now = time.monotonic()
+        if any(self._drains_soon(e, now) for e in self.executors):
+            # An executor runs only known-short jobs, none of them late: it is free within the
+            # prefetch budget, so what waits here starts within the dispatch round trip.
+            return []
+        give_back = list(self.ready)
+        self.ready.clear()
         return give_back
+
+    @staticmethod
+    def _drains_soon(executor, now) -> bool:
+        if executor.broken or not executor.only_short():
+            return False
+        running = executor.running()
+        return running is None or now - running[1] <= PREFETCH_BUDGET

@@ -596,7 +596,10 @@ class Worker:
         elif f.state == JobState.CANCELLED:
             logger.warning("job %s (%s) cancelled while running", f.job_id, path)
         elif f.state == JobState.PENDING:
-            logger.info("job %s (%s) handed back unstarted", f.job_id, path)
+            # Routine while running (a prefetched job found no free executor); notable only
+            # when a stopping worker hands its claims back.
+            level = logging.INFO if self.stopping else logging.DEBUG
+            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path)
 
     # --- heartbeat and maintenance ----------------------------------------------------------
 
