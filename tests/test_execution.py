@@ -8,10 +8,10 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.tasks.exceptions import InvalidTask
 from django.test import override_settings
 from django.utils import timezone
 
+from jobs.compat import InvalidTask
 from jobs.models import Attempt, CounterDelta, Job
 from jobs.retry import Fixed
 from jobs.states import JobState

@@ -7,10 +7,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import IntegrityError, transaction
-from django.tasks import task_backends
 from django.test import override_settings
 
 from jobs import schedules
+from jobs.compat import task_backends
 from jobs.models import Job, Schedule, ScheduleAuditEntry
 from jobs.schedules import (
     ScheduleError,
