@@ -124,8 +124,7 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
             )
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", finished)
-        task_finished.send(sender=sender, task_result=result)
-        return Ran(
+        failure = Ran(
             claimed.id,
             "error",
             error_type=error_type,
@@ -136,6 +135,13 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
             started_at=started,
             finished_at=finished,
         )
+    else:
+        failure = None
+    if failure is not None:
+        # Sent outside the except block: the framework's own log receiver then has no exception
+        # to print in full (uncapped, across many lines); the engine records and logs it.
+        task_finished.send(sender=sender, task_result=result)
+        return failure
     finished = now()
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "finished_at", finished)
