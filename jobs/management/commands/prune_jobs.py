@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.maintenance import DEFAULT_PRUNE_STATES, PRUNE_BATCH_SIZE, prune_jobs
+from jobs.management.arguments import whole_number
 
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 AGE = re.compile(r"(\d{1,6})([smhdw])")
@@ -23,12 +24,6 @@ def age(text: str) -> timedelta:
 
 def state_list(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
-
-
-def positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
 
 
 class Command(BaseCommand):
@@ -58,7 +53,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=positive,
+            type=whole_number(1),
             default=PRUNE_BATCH_SIZE,
             help="Jobs deleted per transaction.",
         )

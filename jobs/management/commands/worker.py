@@ -1,30 +1,11 @@
-import argparse
-
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import schedules
 from jobs.compat import task_backends
+from jobs.management.arguments import seconds, whole_number
 from jobs.worker import Worker, WorkerConfig
 
-
-def positive_int(value):
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {number}")
-    return number
-
-
-def non_negative_float(value):
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {value!r}")
-    return number
+positive_int = whole_number(1)
 
 
 class Command(BaseCommand):
@@ -64,7 +45,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=non_negative_float,
+            type=seconds,
             default=30.0,
             metavar="SECONDS",
             help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
