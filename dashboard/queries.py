@@ -8,13 +8,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
-from jobs import queues
+from jobs import queues, timing
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
@@ -35,8 +34,7 @@ FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.PO
 
 
 def lease_seconds() -> float:
-    options = settings.TASKS.get("default", {}).get("OPTIONS", {})
-    return float(options.get("LEASE_SECONDS", 60))
+    return timing.configured().lease_seconds
 
 
 # Names of queues and tasks.
