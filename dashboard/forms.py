@@ -8,10 +8,8 @@ from django.core.exceptions import ValidationError
 
 from jobs.states import JobState
 
-from .pagination import Cursor, InvalidCursor
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor
 
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 200
 # A bulk action touches at most this many jobs, so one click cannot stall the database.
 BULK_CAP = 1_000
 

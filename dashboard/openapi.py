@@ -2,7 +2,8 @@
 
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 
-from .serializers import DEFAULT_LIMIT, JOB_FIELDS, MAX_LIMIT
+from .columns import JOB_FIELDS
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT
 
 
 def _ref(name):

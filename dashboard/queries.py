@@ -18,6 +18,7 @@ from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
 
+from .columns import LIST_COLUMNS
 from .counts import STATE_CAP, Tally, tally
 from .pagination import Page, keyset_page
 
@@ -305,26 +306,6 @@ def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
 def describe_filter(filters: dict) -> str:
     """A filter in words for the audit: `state=dead_letter q=smtp`, or `every job`."""
     return " ".join(f"{k}={v}" for k, v in filters.items()) or "every job"
-
-
-LIST_COLUMNS = (
-    "id",
-    "task_path",
-    "queue_name",
-    "priority",
-    "state",
-    "attempt",
-    "max_attempts",
-    "run_after",
-    "enqueued_at",
-    "started_at",
-    "finished_at",
-    "error_type",
-    "error_message",
-    "dead_letter_reason",
-    "worker_id",
-    "cancel_requested_at",
-)
 
 
 def jobs_page(filters: dict, *, cursor, limit) -> Page:
