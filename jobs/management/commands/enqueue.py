@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from jobs.backend import JobTask, load_task
 from jobs.compat import InvalidTask
 from jobs.errors import DuplicateJob
+from jobs.management.arguments import whole_number
 
 # Exit status for anything wrong with what was asked (as argparse uses for bad options).
 USAGE_ERROR = 2
@@ -60,24 +61,8 @@ def moment(value):
     return parsed
 
 
-def attempts(value):
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if not 1 <= number <= 100:
-        raise argparse.ArgumentTypeError(f"expected 1 to 100 attempts, got {number}")
-    return number
-
-
-def priority(value):
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if not -100 <= number <= 100:
-        raise argparse.ArgumentTypeError(f"expected a priority from -100 to 100, got {number}")
-    return number
+attempts = whole_number(1, 100, expected="1 to 100 attempts")
+priority = whole_number(-100, 100, expected="a priority from -100 to 100")
 
 
 class Command(BaseCommand):

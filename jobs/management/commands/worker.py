@@ -4,18 +4,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import schedules
 from jobs.compat import task_backends
+from jobs.management.arguments import whole_number
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
-
-def positive_int(value):
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {number}")
-    return number
+positive_int = whole_number(1, expected="a number >= 1")
 
 
 def non_negative_float(value):
