@@ -241,10 +241,34 @@ def job_detail(request, job_id):
     return JsonResponse(job_detail_json(job, job.attempts.order_by("number"), reruns))
 
 
-@api_view("POST", operate=True)
-def retry(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.retry_job(job_id, user=request.user, source="api"))
+def _job_action(act):
+    """The endpoint of an action on one job that takes no body."""
+
+    @api_view("POST", operate=True)
+    def endpoint(request, job_id):
+        refuse_parameters(request)
+        return action_response(act(job_id, user=request.user, source="api"))
+
+    return endpoint
+
+
+retry = _job_action(actions.retry_job)
+cancel = _job_action(actions.cancel_job)
+run_now = _job_action(actions.run_now_job)
+
+
+def _queue_action(act):
+    @api_view("POST", operate=True)
+    def endpoint(request, name):
+        refuse_parameters(request)
+        act(queue_name(name), user=request.user, source="api")
+        return queue_response(name)
+
+    return endpoint
+
+
+queue_pause = _queue_action(queues.pause)
+queue_resume = _queue_action(queues.resume)
 
 
 @api_view("POST", operate=True)
@@ -308,32 +332,6 @@ def queue_list(request):
     refuse_parameters(request)
     statuses = queries.queue_statuses(timezone.now())
     return JsonResponse({"results": [queue_json(status) for status in statuses]})
-
-
-@api_view("POST", operate=True)
-def queue_pause(request, name):
-    refuse_parameters(request)
-    queues.pause(queue_name(name), user=request.user, source="api")
-    return queue_response(name)
-
-
-@api_view("POST", operate=True)
-def queue_resume(request, name):
-    refuse_parameters(request)
-    queues.resume(queue_name(name), user=request.user, source="api")
-    return queue_response(name)
-
-
-@api_view("POST", operate=True)
-def cancel(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.cancel_job(job_id, user=request.user, source="api"))
-
-
-@api_view("POST", operate=True)
-def run_now(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.run_now_job(job_id, user=request.user, source="api"))
 
 
 @api_view("GET")

@@ -35,6 +35,13 @@ class ListFilterForm(forms.Form):
     def clean_limit(self):
         return self.cleaned_data["limit"] or DEFAULT_LIMIT
 
+    def page(self, fetch):
+        """The page of `fetch(filters, cursor=, limit=)` the form asks for; None when invalid."""
+        if not self.is_valid():
+            return None
+        data = self.cleaned_data
+        return fetch(self.filters, cursor=data["cursor"], limit=data["limit"])
+
     @property
     def filters(self):
         """The cleaned filters that narrow the rows (not the paging), blanks dropped."""

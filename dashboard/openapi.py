@@ -14,6 +14,10 @@ def _nullable(schema):
     return {**schema, "nullable": True}
 
 
+def _every_property_required(properties: dict) -> dict:
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
 TIME = {"type": "string", "format": "date-time"}
 UUID = {"type": "string", "format": "uuid"}
 ANY = {"nullable": True, "description": "Any JSON value."}
@@ -63,22 +67,8 @@ JOB = {
     },
 }
 
-SCHEDULE = {
-    "type": "object",
-    "required": [
-        "name",
-        "task_path",
-        "cron",
-        "every",
-        "timezone",
-        "paused",
-        "next_fire_at",
-        "last_job",
-        "description",
-        "missed",
-        "last_fire_at",
-    ],
-    "properties": {
+SCHEDULE = _every_property_required(
+    {
         "name": {"type": "string"},
         "task_path": {"type": "string"},
         "cron": _nullable({"type": "string", "description": "5 fields; null for `every`."}),
@@ -96,22 +86,11 @@ SCHEDULE = {
         "last_fire_at": _nullable(
             {**TIME, "description": "Extension: the last fire time done (fired or passed over)."}
         ),
-    },
-}
+    }
+)
 
-ATTEMPT = {
-    "type": "object",
-    "required": [
-        "number",
-        "worker_id",
-        "started_at",
-        "finished_at",
-        "outcome",
-        "error_type",
-        "error_message",
-        "error_traceback",
-    ],
-    "properties": {
+ATTEMPT = _every_property_required(
+    {
         "number": {"type": "integer", "minimum": 1},
         "worker_id": {"type": "string"},
         "started_at": _nullable(TIME),
@@ -120,8 +99,8 @@ ATTEMPT = {
         "error_type": {"type": "string"},
         "error_message": {"type": "string"},
         "error_traceback": {"type": "string"},
-    },
-}
+    }
+)
 
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
 
