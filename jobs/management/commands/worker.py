@@ -46,7 +46,6 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-jobs",
             type=positive_int,
-            default=None,
             metavar="N",
             help="exit after claiming N jobs and finishing them",
         )
