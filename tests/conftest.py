@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.browser import browser, open_console, operator, screenshots  # noqa: F401 (fixtures)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
