@@ -70,19 +70,29 @@ def ledger(subprocess_env):
 
 
 @pytest.fixture
-def run_worker(subprocess_env):
-    """Run `manage.py worker --burst ...` to completion; returns the CompletedProcess."""
+def manage(subprocess_env):
+    """Run `manage.py ...` to completion, as from a shell; returns the CompletedProcess."""
 
-    def run(*args, timeout=120):
-        proc = subprocess.run(
-            [sys.executable, "manage.py", "worker", "--burst", *args],
+    def run(*args, timeout=60, check=False):
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
             cwd=ROOT,
             env=subprocess_env,
             capture_output=True,
             text=True,
             timeout=timeout,
+            check=check,
         )
-        return proc
+
+    return run
+
+
+@pytest.fixture
+def run_worker(manage):
+    """Run `manage.py worker --burst ...` to completion; returns the CompletedProcess."""
+
+    def run(*args, timeout=120):
+        return manage("worker", "--burst", *args, timeout=timeout)
 
     return run
 
