@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.test_dashboard_views import PASSWORD, make_user
+from tests.test_dashboard_views import PASSWORD
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -50,11 +50,6 @@ def browser(monkeypatch):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
-
-
-@pytest.fixture
-def operator(django_user_model):
-    return make_user(django_user_model, "olivia", operate=True)
 
 
 @pytest.fixture

@@ -50,16 +50,6 @@ def call(client, endpoint, headers=None):
     return response, job
 
 
-@pytest.fixture
-def operator_headers():
-    return bearer(token_for(make_user("operator", operate=True)))
-
-
-@pytest.fixture
-def reader_headers():
-    return bearer(token_for(make_user("reader")))
-
-
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_anonymous_callers_get_a_401_json_challenge_not_a_redirect(client, endpoint):
     response, job = call(client, endpoint)

@@ -73,16 +73,6 @@ def buttons_in(html: str) -> list[str]:
 
 
 @pytest.fixture
-def operator(django_user_model):
-    return make_user(django_user_model, "olivia", operate=True)
-
-
-@pytest.fixture
-def viewer(django_user_model):
-    return make_user(django_user_model, "victor")
-
-
-@pytest.fixture
 def operator_client(client, operator):
     client.force_login(operator)
     return client
