@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from tests.browser import browser, open_console, screenshots  # noqa: F401 (fixtures)
+from tests.reliability_helpers import fast_leases, spawn_worker  # noqa: F401 (fixtures)
 from tests.test_api_support import bearer, token_for
 from tests.test_api_support import make_user as make_api_user
 from tests.test_dashboard_views import make_user

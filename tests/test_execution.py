@@ -15,7 +15,7 @@ from jobs.compat import InvalidTask
 from jobs.models import Attempt, CounterDelta, Job
 from jobs.retry import Fixed
 from jobs.states import JobState
-from tests import reliability_helpers, tasks
+from tests import tasks
 from tests.reliability_helpers import (
     all_terminal,
     assert_attempt_history_consistent,
@@ -26,7 +26,6 @@ from tests.reliability_helpers import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-spawn_worker = reliability_helpers.spawn_worker
 
 
 def burst(run_worker, *args):
