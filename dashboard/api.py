@@ -3,10 +3,7 @@
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 
-from django.core import signing
-from django.db.models import Q
 from django.http import JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
@@ -18,10 +15,9 @@ from jobs.states import JobState
 
 from . import metrics, openapi, queries
 from .auth import api_view
+from .columns import JOB_COLUMNS
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor, Page, keyset_page
 from .serializers import (
-    DEFAULT_LIMIT,
-    JOB_COLUMNS,
-    MAX_LIMIT,
     BadRequest,
     error,
     job_detail_json,
@@ -30,7 +26,6 @@ from .serializers import (
 )
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-CURSOR_SALT = "jobsite.api.jobs-cursor"
 LIST_PARAMETERS = ("state", "queue", "task", "q", "limit", "cursor")
 FILTER_KEYS = ("state", "queue", "task", "q")
 MAX_SEARCH = 200
@@ -43,36 +38,13 @@ STATES = frozenset(state.value for state in JobState)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Position:
-    """Where a page ended, in the list's order (enqueued_at desc, id desc)."""
-
-    enqueued_at: datetime
-    id: uuid.UUID
-
-    def encode(self) -> str:
-        # Signed so a client can only hand back what it was given.
-        return signing.dumps([self.enqueued_at.isoformat(), self.id.hex], salt=CURSOR_SALT)
-
-    @classmethod
-    def decode(cls, cursor: str) -> "Position":
-        try:
-            moment, job_id = signing.loads(cursor, salt=CURSOR_SALT)
-            return cls(enqueued_at=datetime.fromisoformat(moment), id=uuid.UUID(hex=job_id))
-        except (signing.BadSignature, ValueError, TypeError, AttributeError):
-            raise BadRequest("invalid cursor; use a next_cursor the API returned") from None
-
-    def after(self):
-        return Q(enqueued_at__lt=self.enqueued_at) | Q(enqueued_at=self.enqueued_at, id__lt=self.id)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class JobListQuery:
     state: str | None = None
     queue: str | None = None
     task: str | None = None
     q: str | None = None
     limit: int = DEFAULT_LIMIT
-    position: Position | None = None
+    cursor: Cursor | None = None
 
     @classmethod
     def from_params(cls, params) -> "JobListQuery":
@@ -87,19 +59,21 @@ class JobListQuery:
             task=values.get("task"),
             q=check_search(values.get("q")),
             limit=parse_limit(values.get("limit")),
-            position=Position.decode(cursor) if cursor is not None else None,
+            cursor=decode_cursor(cursor) if cursor is not None else None,
         )
 
-    def page(self) -> tuple[list[Job], str | None]:
+    def page(self) -> Page:
         jobs = queries.filtered_jobs(state=self.state, queue=self.queue, task=self.task, q=self.q)
-        jobs = jobs.only(*JOB_COLUMNS).order_by("-enqueued_at", "-id")
-        if self.position:
-            jobs = jobs.filter(self.position.after())
-        rows = list(jobs[: self.limit + 1])
-        if len(rows) <= self.limit:
-            return rows, None
-        last = rows[self.limit - 1]
-        return rows[: self.limit], Position(enqueued_at=last.enqueued_at, id=last.id).encode()
+        return keyset_page(
+            jobs.only(*JOB_COLUMNS), time_field="enqueued_at", cursor=self.cursor, limit=self.limit
+        )
+
+
+def decode_cursor(text: str) -> Cursor:
+    try:
+        return Cursor.decode(text)
+    except InvalidCursor:
+        raise BadRequest("invalid cursor; use a next_cursor the API returned") from None
 
 
 def single_values(params, allowed) -> dict[str, str]:
@@ -247,12 +221,12 @@ def queue_name(name: str) -> str:
 
 @api_view("GET")
 def job_list(request):
-    jobs, next_cursor = JobListQuery.from_params(request.GET).page()
-    reruns = reruns_of(job.id for job in jobs)
+    page = JobListQuery.from_params(request.GET).page()
+    reruns = reruns_of(job.id for job in page.rows)
     return JsonResponse(
         {
-            "results": [job_json(job, reruns.get(job.id, ())) for job in jobs],
-            "next_cursor": next_cursor,
+            "results": [job_json(job, reruns.get(job.id, ())) for job in page.rows],
+            "next_cursor": page.next_cursor,
         }
     )
 
@@ -267,10 +241,34 @@ def job_detail(request, job_id):
     return JsonResponse(job_detail_json(job, job.attempts.order_by("number"), reruns))
 
 
-@api_view("POST", operate=True)
-def retry(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.retry_job(job_id, user=request.user, source="api"))
+def _job_action(act):
+    """The endpoint of an action on one job that takes no body."""
+
+    @api_view("POST", operate=True)
+    def endpoint(request, job_id):
+        refuse_parameters(request)
+        return action_response(act(job_id, user=request.user, source="api"))
+
+    return endpoint
+
+
+retry = _job_action(actions.retry_job)
+cancel = _job_action(actions.cancel_job)
+run_now = _job_action(actions.run_now_job)
+
+
+def _queue_action(act):
+    @api_view("POST", operate=True)
+    def endpoint(request, name):
+        refuse_parameters(request)
+        act(queue_name(name), user=request.user, source="api")
+        return queue_response(name)
+
+    return endpoint
+
+
+queue_pause = _queue_action(queues.pause)
+queue_resume = _queue_action(queues.resume)
 
 
 @api_view("POST", operate=True)
@@ -334,32 +332,6 @@ def queue_list(request):
     refuse_parameters(request)
     statuses = queries.queue_statuses(timezone.now())
     return JsonResponse({"results": [queue_json(status) for status in statuses]})
-
-
-@api_view("POST", operate=True)
-def queue_pause(request, name):
-    refuse_parameters(request)
-    queues.pause(queue_name(name), user=request.user, source="api")
-    return queue_response(name)
-
-
-@api_view("POST", operate=True)
-def queue_resume(request, name):
-    refuse_parameters(request)
-    queues.resume(queue_name(name), user=request.user, source="api")
-    return queue_response(name)
-
-
-@api_view("POST", operate=True)
-def cancel(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.cancel_job(job_id, user=request.user, source="api"))
-
-
-@api_view("POST", operate=True)
-def run_now(request, job_id):
-    refuse_parameters(request)
-    return action_response(actions.run_now_job(job_id, user=request.user, source="api"))
 
 
 @api_view("GET")

@@ -8,10 +8,8 @@ from django.core.exceptions import ValidationError
 
 from jobs.states import JobState
 
-from .pagination import Cursor, InvalidCursor
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor
 
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 200
 # A bulk action touches at most this many jobs, so one click cannot stall the database.
 BULK_CAP = 1_000
 
@@ -36,6 +34,13 @@ class ListFilterForm(forms.Form):
 
     def clean_limit(self):
         return self.cleaned_data["limit"] or DEFAULT_LIMIT
+
+    def page(self, fetch):
+        """The page of `fetch(filters, cursor=, limit=)` the form asks for; None when invalid."""
+        if not self.is_valid():
+            return None
+        data = self.cleaned_data
+        return fetch(self.filters, cursor=data["cursor"], limit=data["limit"])
 
     @property
     def filters(self):

@@ -2,7 +2,8 @@
 
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 
-from .serializers import DEFAULT_LIMIT, JOB_FIELDS, MAX_LIMIT
+from .columns import JOB_FIELDS
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT
 
 
 def _ref(name):
@@ -11,6 +12,10 @@ def _ref(name):
 
 def _nullable(schema):
     return {**schema, "nullable": True}
+
+
+def _every_property_required(properties: dict) -> dict:
+    return {"type": "object", "required": list(properties), "properties": properties}
 
 
 TIME = {"type": "string", "format": "date-time"}
@@ -62,22 +67,8 @@ JOB = {
     },
 }
 
-SCHEDULE = {
-    "type": "object",
-    "required": [
-        "name",
-        "task_path",
-        "cron",
-        "every",
-        "timezone",
-        "paused",
-        "next_fire_at",
-        "last_job",
-        "description",
-        "missed",
-        "last_fire_at",
-    ],
-    "properties": {
+SCHEDULE = _every_property_required(
+    {
         "name": {"type": "string"},
         "task_path": {"type": "string"},
         "cron": _nullable({"type": "string", "description": "5 fields; null for `every`."}),
@@ -95,22 +86,11 @@ SCHEDULE = {
         "last_fire_at": _nullable(
             {**TIME, "description": "Extension: the last fire time done (fired or passed over)."}
         ),
-    },
-}
+    }
+)
 
-ATTEMPT = {
-    "type": "object",
-    "required": [
-        "number",
-        "worker_id",
-        "started_at",
-        "finished_at",
-        "outcome",
-        "error_type",
-        "error_message",
-        "error_traceback",
-    ],
-    "properties": {
+ATTEMPT = _every_property_required(
+    {
         "number": {"type": "integer", "minimum": 1},
         "worker_id": {"type": "string"},
         "started_at": _nullable(TIME),
@@ -119,8 +99,8 @@ ATTEMPT = {
         "error_type": {"type": "string"},
         "error_message": {"type": "string"},
         "error_traceback": {"type": "string"},
-    },
-}
+    }
+)
 
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
 

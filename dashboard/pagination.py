@@ -1,8 +1,7 @@
-"""Keyset pagination, newest first: no OFFSET, no COUNT over the table.
+"""Keyset pagination, newest first, of the console's lists and the API's: no OFFSET, no COUNT.
 
-A cursor is the (time, id) of the last row shown, signed (as the API's are) so a page only
-takes back what it handed out; the next page holds the rows strictly after it in the order
-`time DESC, id DESC`.
+A cursor is the (time, id) of the last row shown, signed so a page only takes back what it
+handed out; the next page holds the rows strictly after it in the order `time DESC, id DESC`.
 """
 
 import uuid
@@ -13,6 +12,9 @@ from django.core import signing
 from django.db.models import Q
 
 SALT = "jobsite.dashboard.cursor"
+# Page sizes, of the console and the API alike.
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
 
 
 class InvalidCursor(ValueError):

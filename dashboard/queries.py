@@ -8,17 +8,17 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
-from jobs import queues
+from jobs import queues, timing
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
 
+from .columns import LIST_COLUMNS
 from .counts import STATE_CAP, Tally, tally
 from .pagination import Page, keyset_page
 
@@ -35,8 +35,7 @@ FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.PO
 
 
 def lease_seconds() -> float:
-    options = settings.TASKS.get("default", {}).get("OPTIONS", {})
-    return float(options.get("LEASE_SECONDS", 60))
+    return timing.configured().lease_seconds
 
 
 # Names of queues and tasks.
@@ -307,26 +306,6 @@ def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
 def describe_filter(filters: dict) -> str:
     """A filter in words for the audit: `state=dead_letter q=smtp`, or `every job`."""
     return " ".join(f"{k}={v}" for k, v in filters.items()) or "every job"
-
-
-LIST_COLUMNS = (
-    "id",
-    "task_path",
-    "queue_name",
-    "priority",
-    "state",
-    "attempt",
-    "max_attempts",
-    "run_after",
-    "enqueued_at",
-    "started_at",
-    "finished_at",
-    "error_type",
-    "error_message",
-    "dead_letter_reason",
-    "worker_id",
-    "cancel_requested_at",
-)
 
 
 def jobs_page(filters: dict, *, cursor, limit) -> Page:

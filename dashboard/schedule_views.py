@@ -2,30 +2,25 @@
 
 from django.contrib import messages
 from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
-from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
+from django.views.decorators.http import require_POST
 
 from jobs import schedules
 
-from .access import operator_required, staff_required
+from .access import operator_required
+from .pages import console_page, render_page
 from .permissions import can_operate
 from .schedule_rows import schedule_rows
 
 SOURCE = "dashboard"
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def schedule_list(request):
     context = {"rows": schedule_rows(), "can_operate": can_operate(request.user)}
-    template = "dashboard/schedules.html"
-    if request.htmx:
-        template += "#schedules"
-    return render(request, template, context)
+    return render_page(request, "dashboard/schedules.html", "schedules", context)
 
 
 @require_POST

@@ -15,7 +15,6 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
-from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import actions, bulk, queues
@@ -24,7 +23,7 @@ from jobs.states import JobState
 
 from . import buttons as action_buttons
 from . import queries, task_stats
-from .access import operator_required, staff_required
+from .access import operator_required
 from .buttons import job_buttons
 from .chart import attempts_chart
 from .errors import error_page
@@ -36,6 +35,7 @@ from .forms import (
     EditRerunForm,
     JobFilterForm,
 )
+from .pages import console_page, list_status, render_page
 from .permissions import can_view
 
 SOURCE = "dashboard"
@@ -45,9 +45,7 @@ SOURCE = "dashboard"
 # Pages.
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def overview(request):
     now = timezone.now()
     states = queries.state_tallies()
@@ -58,22 +56,13 @@ def overview(request):
         "workers": queries.worker_counts(),
         "chart": attempts_chart(queries.attempts_per_minute(now)),
     }
-    template = "dashboard/overview.html"
-    if request.htmx:
-        template += "#overview"
-    return render(request, template, context)
+    return render_page(request, "dashboard/overview.html", "overview", context)
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def job_list(request):
     form = JobFilterForm(request.GET)
-    page = None
-    if form.is_valid():
-        page = queries.jobs_page(
-            form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
-        )
+    page = form.page(queries.jobs_page)
     now = timezone.now()
     context = {
         "form": form,
@@ -84,15 +73,12 @@ def job_list(request):
         "queue_names": partial(queries.distinct_names, "queue_name"),
         "task_names": partial(queries.distinct_names, "task_path"),
     }
-    template = "dashboard/jobs.html"
-    if request.htmx:
-        template += "#job-list"
-    return render(request, template, context, status=200 if page else 400)
+    return render_page(
+        request, "dashboard/jobs.html", "job-list", context, status=list_status(page)
+    )
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def job_detail(request, job_id):
     job = Job.objects.filter(id=job_id).first()
     if job is None:
@@ -110,10 +96,7 @@ def _job_page(request, job, *, edit_form=None, status=200):
         "buttons": job_buttons(job, request.user),
         "edit_form": edit_form or _edit_form_for(job),
     }
-    template = "dashboard/job_detail.html"
-    if request.htmx:
-        template += "#job"
-    return render(request, template, context, status=status)
+    return render_page(request, "dashboard/job_detail.html", "job", context, status=status)
 
 
 def _edit_form_for(job):
@@ -123,76 +106,48 @@ def _edit_form_for(job):
     return EditRerunForm(initial={"args": text(job.args), "kwargs": text(job.kwargs)})
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def dead_letter_list(request):
     form = DeadLetterFilterForm(request.GET)
-    context = {"form": form, "page": None, "bulk_cap": BULK_CAP}
-    if form.is_valid():
+    context = {"form": form, "page": form.page(queries.dead_letter_page), "bulk_cap": BULK_CAP}
+    if context["page"] is not None:
         groups = queries.dead_letter_groups(form.filters)
-        context |= {
-            "groups": groups,
-            "matching": queries.dead_letter_total(form.filters, groups),
-            "page": queries.dead_letter_page(
-                form.filters, cursor=form.cleaned_data["cursor"], limit=form.cleaned_data["limit"]
-            ),
-        }
-    template = "dashboard/dead_letters.html"
-    if request.htmx:
-        template += "#dead-letters"
-    return render(request, template, context, status=200 if context["page"] else 400)
+        context |= {"groups": groups, "matching": queries.dead_letter_total(form.filters, groups)}
+    status = list_status(context["page"])
+    return render_page(
+        request, "dashboard/dead_letters.html", "dead-letters", context, status=status
+    )
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def queue_list(request):
     context = {"queues": queries.queue_statuses(timezone.now())}
-    template = "dashboard/queues.html"
-    if request.htmx:
-        template += "#queues"
-    return render(request, template, context)
+    return render_page(request, "dashboard/queues.html", "queues", context)
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def worker_list(request):
     context = {
         "workers": queries.worker_rows(timezone.now()),
         "lease_seconds": queries.lease_seconds(),
     }
-    template = "dashboard/workers.html"
-    if request.htmx:
-        template += "#workers"
-    return render(request, template, context)
+    return render_page(request, "dashboard/workers.html", "workers", context)
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def task_list(request):
     context = {"tasks": task_stats.task_list()}
-    template = "dashboard/tasks.html"
-    if request.htmx:
-        template += "#tasks"
-    return render(request, template, context)
+    return render_page(request, "dashboard/tasks.html", "tasks", context)
 
 
-@require_GET
-@staff_required
-@vary_on_headers("HX-Request")
+@console_page
 def task_detail(request, task_path):
     # No stored task path holds a NUL (PostgreSQL refuses one in a query).
     detail = None if "\x00" in task_path else task_stats.task_detail(task_path)
     if detail is None:
         return error_page(request, 404, f"No job of the task {task_path!r} is stored.")
     context = {"task_path": task_path, "detail": detail}
-    template = "dashboard/task_detail.html"
-    if request.htmx:
-        template += "#task"
-    return render(request, template, context)
+    return render_page(request, "dashboard/task_detail.html", "task", context)
 
 
 @require_GET
@@ -208,27 +163,24 @@ def no_access(request):
 # Under HTMX the redirect is followed by the same request, which then gets the fragment.
 
 
-@require_POST
-@operator_required
-def retry(request, job_id):
-    result = actions.retry_job(job_id, user=request.user, source=SOURCE)
-    return _report(request, result, job_id)
+def _job_action(act, *, ask_first=None):
+    """The view of an action on one job; with `ask_first` (its button), a form that asks first
+    gets the confirmation page."""
+
+    @require_POST
+    @operator_required
+    def view(request, job_id):
+        if ask_first and (asking := _ask_first(request, ask_first, job_id)):
+            return asking
+        result = act(job_id, user=request.user, source=SOURCE)
+        return _report(request, result, job_id)
+
+    return view
 
 
-@require_POST
-@operator_required
-def cancel(request, job_id):
-    if asking := _ask_first(request, action_buttons.CANCEL, job_id):
-        return asking
-    result = actions.cancel_job(job_id, user=request.user, source=SOURCE)
-    return _report(request, result, job_id)
-
-
-@require_POST
-@operator_required
-def run_now(request, job_id):
-    result = actions.run_now_job(job_id, user=request.user, source=SOURCE)
-    return _report(request, result, job_id)
+retry = _job_action(actions.retry_job)
+cancel = _job_action(actions.cancel_job, ask_first=action_buttons.CANCEL)
+run_now = _job_action(actions.run_now_job)
 
 
 @require_POST

@@ -71,6 +71,24 @@ def _state_of(job_id):
     return Job.objects.filter(id=job_id).values_list("state", flat=True).first()
 
 
+def _answer(job_id, action, changed, *, done, refused_in, refusal, audit) -> ActionResult:
+    """Word, audit and answer a guarded update of one job: `done` when it changed the row,
+    `refusal` when the job is in one of `refused_in` states, its state otherwise."""
+    state = _state_of(job_id)
+    if state is None:
+        return ActionResult(False, "no such job")
+    if changed:
+        message = done
+    elif state in refused_in:
+        message = refusal
+    else:
+        message = f"job already {_words(state)}"
+    _audit(job_id, action, message, **audit)
+    if changed:
+        store.notify_workers()
+    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+
+
 def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     job_id = _job_id(job_or_id)
     if job_id is None:
@@ -85,19 +103,15 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
             if refused is None:
                 raise
             return refused
-        state = _state_of(job_id)
-        if state is None:
-            return ActionResult(False, "no such job")
-        if changed:
-            message = "job put back in line"
-        elif state in RETRYABLE:
-            message = "job used all 100 attempts; rerun it instead"
-        else:
-            message = f"job already {_words(state)}"
-        _audit(job_id, "retry", message, user=user, source=source, record=record)
-        if changed:
-            store.notify_workers()
-    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+        return _answer(
+            job_id,
+            "retry",
+            changed,
+            done="job put back in line",
+            refused_in=RETRYABLE,
+            refusal="job used all 100 attempts; rerun it instead",
+            audit={"user": user, "source": source, "record": record},
+        )
 
 
 def _put_back_in_line(job_id) -> int:
@@ -280,19 +294,15 @@ def run_now_job(job_or_id, *, user=None, source="python") -> ActionResult:
         changed = Job.objects.filter(id=job_id, state__in=RUNNABLE_NOW, run_after__gt=now).update(
             run_after=now
         )
-        state = _state_of(job_id)
-        if state is None:
-            return ActionResult(False, "no such job")
-        if changed:
-            message = "job due now"
-        elif state in RUNNABLE_NOW:
-            message = "job already due"
-        else:
-            message = f"job already {_words(state)}"
-        _audit(job_id, "run now", message, user=user, source=source)
-        if changed:
-            store.notify_workers()
-    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+        return _answer(
+            job_id,
+            "run now",
+            changed,
+            done="job due now",
+            refused_in=RUNNABLE_NOW,
+            refusal="job already due",
+            audit={"user": user, "source": source},
+        )
 
 
 def discard_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:

@@ -20,6 +20,7 @@ from .compat import (
 from .errors import DuplicateJob
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
+from .timing import Timing
 
 STATUS_OF_STATE = {
     JobState.PENDING: TaskResultStatus.READY,
@@ -51,9 +52,10 @@ class JobsBackend(BaseTaskBackend):
         options = self.options
         self.default_max_attempts = options.get("MAX_ATTEMPTS")
         self.default_backoff = retry.policy_from_setting(options.get("BACKOFF"))
-        self.heartbeat_seconds = float(options.get("HEARTBEAT_SECONDS", 10))
-        self.lease_seconds = float(options.get("LEASE_SECONDS", 60))
-        self.cancel_grace_seconds = float(options.get("CANCEL_GRACE_SECONDS", 10))
+        self.timing = Timing.from_options(options)
+        self.heartbeat_seconds = self.timing.heartbeat_seconds
+        self.lease_seconds = self.timing.lease_seconds
+        self.cancel_grace_seconds = self.timing.cancel_grace_seconds
         # Run each job inline at enqueue (for users' own test suites), through the same
         # retry logic, without waiting out the backoff.
         self.eager = bool(options.get("EAGER", False))

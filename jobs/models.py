@@ -35,6 +35,18 @@ class JobQuerySet(models.QuerySet):
         return self.active().filter(dedup_key=key)
 
 
+def _link_to_job(*, related_name):
+    """A link from a job to another one, cleared when that job is deleted (pruned, discarded)."""
+    return models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name=related_name,
+        db_index=False,
+    )
+
+
 class Job(models.Model):
     """One run of a task. Reruns are new rows linked by `rerun_of`."""
 
@@ -57,22 +69,8 @@ class Job(models.Model):
     backoff = models.JSONField(null=True, blank=True)
     # Indexed below only where set: almost every job has neither, and every state change
     # rewrites each index entry of the row.
-    rerun_of = models.ForeignKey(
-        "self",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="reruns",
-        db_index=False,
-    )
-    parent = models.ForeignKey(
-        "self",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="continuations",
-        db_index=False,
-    )
+    rerun_of = _link_to_job(related_name="reruns")
+    parent = _link_to_job(related_name="continuations")
     enqueued_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -261,14 +259,9 @@ class WorkerNode(models.Model):
         return self.id
 
 
-class AuditEntry(models.Model):
-    """Who did what to a job, from the console, the API or Python."""
+class AuditRecord(models.Model):
+    """Who acted, from where (console, API or Python), what came of it, and when."""
 
-    # Null for actions on no single job (a queue, a bulk action) and for a discard, whose job is
-    # gone; `subject` then names what was acted on.
-    job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
-    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -276,11 +269,24 @@ class AuditEntry(models.Model):
     action = models.CharField(max_length=32)
     source = models.CharField(max_length=16, blank=True, default="python")
     outcome = models.CharField(max_length=255, blank=True, default="")
-    # The job an action created, e.g. the new run of a rerun.
+    # The job the action created: the new run of a rerun, the job of a schedule's "run now".
     result_job_id = models.UUIDField(null=True, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+
+
+class AuditEntry(AuditRecord):
+    """Who did what to a job, from the console, the API or Python."""
+
+    # Null for actions on no single job (a queue, a bulk action) and for a discard, whose job is
+    # gone; `subject` then names what was acted on.
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
     # A caller's key for one press of a button: the same key twice has one effect.
     request_key = models.CharField(max_length=100, blank=True, default="")
-    at = models.DateTimeField(default=timezone.now)
     # A discarded job's id, a queue's name, or a bulk action's filter.
     subject = models.CharField(max_length=255, blank=True, default="")
     task_path = models.CharField(max_length=255, blank=True, default="")
@@ -368,20 +374,10 @@ class Schedule(models.Model):
         return f"{self.name}{' (paused)' if self.paused else ''}"
 
 
-class ScheduleAuditEntry(models.Model):
+class ScheduleAuditEntry(AuditRecord):
     """Who paused, resumed or ran a schedule now, from the console, the API or Python."""
 
     schedule = models.CharField(max_length=100)
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    username = models.CharField(max_length=150, blank=True, default="")
-    action = models.CharField(max_length=32)
-    source = models.CharField(max_length=16, blank=True, default="python")
-    outcome = models.CharField(max_length=255, blank=True, default="")
-    # The job a "run now" made.
-    result_job_id = models.UUIDField(null=True, blank=True)
-    at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -115,6 +115,17 @@ def plan_retry(claimed: Claimed, task, exc: BaseException, task_result) -> tuple
     return delay, ""
 
 
+def plan_failed_retry(
+    claimed: Claimed, task, exc: BaseException, *, worker_id: str, error
+) -> tuple[float | None, str]:
+    """`plan_retry` for a failed attempt whose `error` is (error type, traceback text)."""
+
+    def task_result():
+        return task_result_for(claimed, task, worker_id=worker_id, error=error)
+
+    return plan_retry(claimed, task, exc, task_result)
+
+
 def failure_from_outside(
     claimed: Claimed, exc: BaseException, *, kind="error", worker_id="", started_at=None
 ) -> Ran:
@@ -131,20 +142,13 @@ def failure_from_outside(
         if kind == "crashed" and getattr(task, "on_crash", "retry") == "dead_letter":
             stop = DeadLetterReason.CRASHED
         elif kind != AttemptOutcome.INTERRUPTED:
-            delay, stop = plan_retry(
-                claimed,
-                task,
-                exc,
-                lambda: task_result_for(
-                    claimed, task, worker_id=worker_id, error=(error_type, text)
-                ),
-            )
+            error = (error_type, text)
+            delay, stop = plan_failed_retry(claimed, task, exc, worker_id=worker_id, error=error)
+    error = {"error_type": error_type, "error_message": message, "error_traceback": text}
     return Ran(
         claimed.id,
         kind,
-        error_type=error_type,
-        error_message=message,
-        error_traceback=text,
+        **error,
         delay=delay,
         stop_reason=stop,
         started_at=started_at,
@@ -159,19 +163,6 @@ class Outcome:
     """Named constructors of the Finish that records an attempt's end."""
 
     @staticmethod
-    def _base(claimed: Claimed, ran: Ran, worker_id: str) -> dict:
-        return dict(
-            job_id=claimed.id,
-            lease_id=claimed.lease_id,
-            worker_id=worker_id,
-            error_type=ran.error_type,
-            error_message=ran.error_message,
-            error_traceback=ran.error_traceback,
-            started_at=ran.started_at,
-            finished_at=ran.finished_at,
-        )
-
-    @staticmethod
     def released(claimed: Claimed, worker_id: str) -> Finish:
         """Handed back unstarted: no attempt ran, the job is due again as it was."""
         return Finish(
@@ -182,44 +173,44 @@ class Outcome:
             worker_id=worker_id,
         )
 
+    @staticmethod
+    def _ran(claimed: Claimed, ran: Ran, worker_id: str, state, **fields) -> Finish:
+        """An attempt that ran, taking its job to `state`."""
+        return Finish(
+            job_id=claimed.id,
+            lease_id=claimed.lease_id,
+            worker_id=worker_id,
+            error_type=ran.error_type,
+            error_message=ran.error_message,
+            error_traceback=ran.error_traceback,
+            started_at=ran.started_at,
+            finished_at=ran.finished_at,
+            state=state,
+            **fields,
+        )
+
     @classmethod
     def succeeded(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
-        return Finish(
-            **cls._base(claimed, ran, worker_id),
-            state=JobState.SUCCEEDED,
-            outcome=AttemptOutcome.SUCCEEDED,
-            return_json=ran.return_json,
-        )
+        done = {"outcome": AttemptOutcome.SUCCEEDED, "return_json": ran.return_json}
+        return cls._ran(claimed, ran, worker_id, JobState.SUCCEEDED, **done)
 
     @classmethod
     def retry(
         cls, claimed: Claimed, ran: Ran, worker_id: str, *, outcome, delay, give_back=False
     ) -> Finish:
         """Another attempt after `delay` seconds; `give_back` adds one to max_attempts."""
-        return Finish(
-            **cls._base(claimed, ran, worker_id),
-            state=JobState.RETRYING,
-            outcome=outcome,
-            delay=delay,
-            raise_max_attempts=give_back,
-        )
+        again = {"outcome": outcome, "delay": delay, "raise_max_attempts": give_back}
+        return cls._ran(claimed, ran, worker_id, JobState.RETRYING, **again)
 
     @classmethod
     def dead_letter(cls, claimed: Claimed, ran: Ran, worker_id: str, *, outcome, reason) -> Finish:
-        return Finish(
-            **cls._base(claimed, ran, worker_id),
-            state=JobState.DEAD_LETTER,
-            outcome=outcome,
-            reason=reason,
-        )
+        ended = {"outcome": outcome, "reason": reason}
+        return cls._ran(claimed, ran, worker_id, JobState.DEAD_LETTER, **ended)
 
     @classmethod
     def cancelled(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
-        return Finish(
-            **cls._base(claimed, ran, worker_id),
-            state=JobState.CANCELLED,
-            outcome=AttemptOutcome.CANCELLED,
-        )
+        ended = {"outcome": AttemptOutcome.CANCELLED}
+        return cls._ran(claimed, ran, worker_id, JobState.CANCELLED, **ended)
 
 
 def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False) -> Finish:

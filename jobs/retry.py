@@ -76,13 +76,38 @@ class _Policy:
         return max(0.0, delay if cap is None else min(delay, cap))
 
 
+def _jitters(jitter, jitter_ratio, jitter_abs, jitter_up_ratio) -> dict:
+    return {
+        "jitter": jitter,
+        "jitter_ratio": jitter_ratio,
+        "jitter_abs": jitter_abs,
+        "jitter_up_ratio": jitter_up_ratio,
+    }
+
+
 @dataclass(frozen=True, kw_only=True)
-class Exponential(_Policy):
+class _Capped(_Policy):
+    """A policy whose delay grows with the attempt, up to `max`."""
+
+    max: float | None = None
+
+    def cap(self):
+        return self.max
+
+    def growing_delay(self, attempt: int) -> float:
+        raise NotImplementedError
+
+    def base_delay(self, attempt):
+        delay = self.growing_delay(attempt)
+        return delay if self.max is None else min(delay, self.max)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exponential(_Capped):
     """min(base * multiplier**(n-1), max) + uniform(0, jitter), never above max."""
 
     base: float
     multiplier: float = 2
-    max: float | None = None
 
     def __init__(
         self,
@@ -95,55 +120,32 @@ class Exponential(_Policy):
         jitter_abs=0,
         jitter_up_ratio=0,
     ):
-        self._set(
-            base=base,
-            multiplier=multiplier,
-            max=max,
-            jitter=jitter,
-            jitter_ratio=jitter_ratio,
-            jitter_abs=jitter_abs,
-            jitter_up_ratio=jitter_up_ratio,
-        )
+        jitters = _jitters(jitter, jitter_ratio, jitter_abs, jitter_up_ratio)
+        self._set(base=base, multiplier=multiplier, max=max, **jitters)
 
-    def cap(self):
-        return self.max
-
-    def base_delay(self, attempt):
+    def growing_delay(self, attempt):
         try:
             delay = float(self.base) * float(self.multiplier) ** (attempt - 1)
         except OverflowError:
             delay = MAX_DELAY
-        delay = min(delay, MAX_DELAY)
-        return delay if self.max is None else min(delay, self.max)
+        return min(delay, MAX_DELAY)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Linear(_Policy):
+class Linear(_Capped):
     """min(base + step * (n-1), max) + uniform(0, jitter), never above max."""
 
     base: float
     step: float
-    max: float | None = None
 
     def __init__(
         self, base, step, max=None, jitter=0, jitter_ratio=0, *, jitter_abs=0, jitter_up_ratio=0
     ):
-        self._set(
-            base=base,
-            step=step,
-            max=max,
-            jitter=jitter,
-            jitter_ratio=jitter_ratio,
-            jitter_abs=jitter_abs,
-            jitter_up_ratio=jitter_up_ratio,
-        )
+        jitters = _jitters(jitter, jitter_ratio, jitter_abs, jitter_up_ratio)
+        self._set(base=base, step=step, max=max, **jitters)
 
-    def cap(self):
-        return self.max
-
-    def base_delay(self, attempt):
-        delay = self.base + self.step * (attempt - 1)
-        return delay if self.max is None else min(delay, self.max)
+    def growing_delay(self, attempt):
+        return self.base + self.step * (attempt - 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,13 +156,8 @@ class Fixed(_Policy):
 
     def __init__(self, delay, jitter=0, jitter_ratio=0, *, jitter_abs=0, jitter_up_ratio=0):
         _check_non_negative(delay=delay)
-        self._set(
-            delay_seconds=delay,
-            jitter=jitter,
-            jitter_ratio=jitter_ratio,
-            jitter_abs=jitter_abs,
-            jitter_up_ratio=jitter_up_ratio,
-        )
+        jitters = _jitters(jitter, jitter_ratio, jitter_abs, jitter_up_ratio)
+        self._set(delay_seconds=delay, **jitters)
 
     def base_delay(self, attempt):
         return self.delay_seconds

@@ -35,6 +35,7 @@ from .errortext import for_log
 from .models import Job, WorkerNode
 from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
 from .states import AttemptOutcome, JobState
+from .timing import DEFAULTS as DEFAULT_TIMING
 
 logger = logging.getLogger("jobs.worker")
 
@@ -56,10 +57,11 @@ class WorkerConfig:
     max_jobs: int | None = None
     worker_id: str | None = None
     shutdown_timeout: float = 30.0
-    heartbeat_seconds: float = 10.0
-    lease_seconds: float = 60.0
+    heartbeat_seconds: float = DEFAULT_TIMING.heartbeat_seconds
+    lease_seconds: float = DEFAULT_TIMING.lease_seconds
     poll_interval: float | None = None  # seconds between polls; default by database
-    cancel_grace: float = 10.0  # a cancelled running job gets this long to return by itself
+    # A cancelled running job gets this long to return by itself.
+    cancel_grace: float = DEFAULT_TIMING.cancel_grace_seconds
     batch_size: int = 500
 
     def __post_init__(self):

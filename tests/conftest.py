@@ -9,6 +9,12 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.browser import browser, open_console, screenshots  # noqa: F401 (fixtures)
+from tests.reliability_helpers import fast_leases, spawn_worker  # noqa: F401 (fixtures)
+from tests.test_api_support import bearer, token_for
+from tests.test_api_support import make_user as make_api_user
+from tests.test_dashboard_views import make_user
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,19 +74,29 @@ def ledger(subprocess_env):
 
 
 @pytest.fixture
-def run_worker(subprocess_env):
-    """Run `manage.py worker --burst ...` to completion; returns the CompletedProcess."""
+def manage(subprocess_env):
+    """Run `manage.py ...` to completion, as from a shell; returns the CompletedProcess."""
 
-    def run(*args, timeout=120):
-        proc = subprocess.run(
-            [sys.executable, "manage.py", "worker", "--burst", *args],
+    def run(*args, timeout=60, check=False):
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
             cwd=ROOT,
             env=subprocess_env,
             capture_output=True,
             text=True,
             timeout=timeout,
+            check=check,
         )
-        return proc
+
+    return run
+
+
+@pytest.fixture
+def run_worker(manage):
+    """Run `manage.py worker --burst ...` to completion; returns the CompletedProcess."""
+
+    def run(*args, timeout=120):
+        return manage("worker", "--burst", *args, timeout=timeout)
 
     return run
 
@@ -114,3 +130,30 @@ def start_worker(subprocess_env):
             proc.wait(timeout=10)
         if proc.stdout:
             proc.stdout.close()
+
+
+# --- the people using the console and the API ---------------------------------------------------
+
+
+@pytest.fixture
+def operator(django_user_model):
+    """A staff user who may act (retry, rerun, cancel...); logs in with PASSWORD."""
+    return make_user(django_user_model, "olivia", operate=True)
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    """A staff user who sees everything read-only."""
+    return make_user(django_user_model, "victor")
+
+
+@pytest.fixture
+def operator_headers():
+    """A bearer token of a user who may act."""
+    return bearer(token_for(make_api_user("operator", operate=True)))
+
+
+@pytest.fixture
+def reader_headers():
+    """A bearer token of a read-only staff user."""
+    return bearer(token_for(make_api_user("reader")))

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, Job
 from jobs.states import TERMINAL, JobState
+from tests import tasks
 
 
 def make_job(state=JobState.PENDING, **fields):
@@ -49,3 +50,19 @@ def add_attempts(job, outcomes):
             started_at=timezone.now(),
             finished_at=timezone.now(),
         )
+
+
+def dead_letter_of_add():
+    """A real enqueued job of tests.tasks.add, then dead-lettered as if it had failed 3 times."""
+    result = tasks.add.enqueue(2, 3)
+    Job.objects.filter(id=result.id).update(
+        state=JobState.DEAD_LETTER,
+        attempt=3,
+        max_attempts=3,
+        finished_at=timezone.now(),
+        error_type="ConnectionError",
+        error_message="upstream refused the connection",
+        error_traceback="Traceback (most recent call last):\nConnectionError: refused",
+        dead_letter_reason="exhausted",
+    )
+    return Job.objects.get(id=result.id)

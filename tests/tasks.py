@@ -12,12 +12,16 @@ from jobs.retry import Exponential, Fixed, NoRetry
 NO_WAIT = Fixed(0)
 
 
-def _ledger(name):
+def _append(*fields):
     """Append a line to the file named by $JOBSITE_TEST_LEDGER (one line per execution)."""
     path = os.environ.get("JOBSITE_TEST_LEDGER")
     if path:
         with Path(path).open("a") as f:
-            f.write(f"{name} {os.getpid()} {time.time()}\n")
+            f.write(" ".join(str(field) for field in fields) + "\n")
+
+
+def _ledger(name):
+    _append(name, os.getpid(), time.time())
 
 
 @task(backoff=NO_WAIT)
@@ -91,10 +95,7 @@ def echo(*args, **kwargs):
 
 
 def _event(name):
-    path = os.environ.get("JOBSITE_TEST_LEDGER")
-    if path:
-        with Path(path).open("a") as f:
-            f.write(f"{name} {os.getpid()} {time.time()!r} {os.getpgid(0)}\n")
+    _append(name, os.getpid(), time.time(), os.getpgid(0))
 
 
 @task(backoff=NO_WAIT)

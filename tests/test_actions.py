@@ -1,6 +1,6 @@
-import threading
 import uuid
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -10,6 +10,7 @@ from django.utils import timezone
 from jobs import actions
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import TERMINAL, JobState
+from tests.concurrency import at_once
 from tests.factories import add_attempts, make_job
 
 pytestmark = pytest.mark.django_db
@@ -166,21 +167,8 @@ def test_concurrent_retries_of_one_job_have_one_effect():
     if connection.vendor == "sqlite":
         pytest.skip("SQLite serialises writers; the race needs concurrent connections")
     job = make_job(JobState.DEAD_LETTER)
-    barrier = threading.Barrier(8)
-    results = []
-
-    def attempt():
-        barrier.wait()
-        try:
-            results.append(actions.retry(job.id))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=attempt) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, errors = at_once([partial(actions.retry, job.id) for _ in range(8)])
+    assert errors == []
     assert sorted(results) == [False] * 7 + [True]
 
 
@@ -241,24 +229,8 @@ def test_concurrent_retries_of_two_dead_letters_sharing_a_dedup_key_let_one_win(
     if connection.vendor == "sqlite":
         pytest.skip("SQLite serialises writers; the race needs concurrent connections")
     jobs = [make_job(JobState.DEAD_LETTER, dedup_key="shared") for _ in range(6)]
-    barrier = threading.Barrier(len(jobs))
-    results, errors = [], []
-
-    def attempt(job):
-        barrier.wait()
-        try:
-            results.append(actions.retry_job(job.id))
-        except Exception as exc:  # a raise here is the bug under test
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=attempt, args=(job,)) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    results, errors = at_once([partial(actions.retry_job, job.id) for job in jobs])
+    assert errors == []  # a raise here is the bug under test
     winners = [r for r in results if r.changed]
     assert len(winners) == 1
     assert Job.objects.filter(dedup_key="shared", state=JobState.PENDING).count() == 1

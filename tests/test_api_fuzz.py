@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from dashboard.api import Position
 from dashboard.openapi import document
+from dashboard.pagination import Cursor
 from jobs.states import JobState
 from tests.factories import make_job
 from tests.test_api_support import bearer, make_user, token_for
@@ -53,12 +53,12 @@ def fuzzed_document():
 schemathesis.openapi.format(
     "jobsite-cursor",
     st.builds(
-        Position,
-        enqueued_at=st.datetimes(
+        Cursor,
+        at=st.datetimes(
             min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
         ),
         id=st.uuids(),
-    ).map(Position.encode),
+    ).map(Cursor.encode),
 )
 schema = schemathesis.openapi.from_dict(fuzzed_document())
 schema.app = get_wsgi_application()

@@ -9,19 +9,8 @@ from jobs import queues
 from jobs.models import AuditEntry, Job
 from jobs.states import JobState
 from tests.factories import make_job
-from tests.test_api_support import bearer, make_user, token_for
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator_headers():
-    return bearer(token_for(make_user("operator", operate=True)))
-
-
-@pytest.fixture
-def reader_headers():
-    return bearer(token_for(make_user("reader")))
 
 
 def ids(response):

@@ -4,9 +4,6 @@ real browser (Playwright driving Debian's Chromium against the live server).
 Screenshots go to a temporary folder whose path is printed; run with `-s` to see it.
 """
 
-# The browser fixtures are shared with test_dashboard_browser.py; tests take them by name.
-# ruff: noqa: F811
-
 import uuid
 from datetime import timedelta
 
@@ -16,16 +13,8 @@ from playwright.sync_api import expect
 
 from jobs.models import Attempt, Job
 from jobs.states import JobState
-from tests.test_dashboard_browser import (  # noqa: F401
-    LAPTOP,
-    OVERFLOWING,
-    PHONE,
-    browser,
-    dead_letter_of_add,
-    open_console,
-    operator,
-    screenshots,
-)
+from tests.browser import PHONE, base_of, screenshot_pages
+from tests.factories import dead_letter_of_add
 from tests.test_dashboard_views import make_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -42,11 +31,6 @@ REFRESH_SENT = """() => new Promise((resolve) => {
 
 SETTLED = """() => !document.querySelector(
   ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added")"""
-
-
-def base_of(page):
-    """The live server's address, from the page's URL."""
-    return "/".join(page.url.split("/")[:3])
 
 
 # Confirmations.
@@ -261,23 +245,16 @@ def test_screenshots_of_overview_jobs_job_and_task_pages(open_console, screensho
         "not-found": f"/jobs/{uuid.uuid4()}/",
     }
     open_console.missing_pages.add(pages["not-found"])
-    for scheme in ("light", "dark"):
-        for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
-            page = open_console(viewport=viewport, color_scheme=scheme)
-            for name, path in pages.items():
-                page.goto(base_of(page) + path)
-                expect(page.locator("main h1").first).to_be_visible()
-                assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
-                page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
-            if device == "phone":
-                page.goto(base_of(page) + "/")
-                # The queue figures stay on screen: none is cut off or scrolled out sideways.
-                queue = page.locator("#overview table tbody tr").first
-                for label in ("Dead letters", "Oldest due"):
-                    cell = queue.locator(f'td[data-label="{label}"]')
-                    expect(cell).to_be_visible()
-                    box = cell.bounding_box()
-                    assert box["width"] > 0 and box["x"] + box["width"] <= PHONE["width"], label
+    for device, _, page in screenshot_pages(open_console, screenshots, pages):
+        if device == "phone":
+            page.goto(base_of(page) + "/")
+            # The queue figures stay on screen: none is cut off or scrolled out sideways.
+            queue = page.locator("#overview table tbody tr").first
+            for label in ("Dead letters", "Oldest due"):
+                cell = queue.locator(f'td[data-label="{label}"]')
+                expect(cell).to_be_visible()
+                box = cell.bounding_box()
+                assert box["width"] > 0 and box["x"] + box["width"] <= PHONE["width"], label
     page.goto(base_of(page) + f"/jobs/{job.id}/")
     page.get_by_role("button", name="Rerun", exact=True).click()
     page.screenshot(path=screenshots / "confirm-dialog-phone-dark.png")

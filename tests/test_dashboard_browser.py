@@ -5,117 +5,19 @@ path is printed; run with `-s` to see it.
 """
 
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from jobs.models import Job, Schedule
 from jobs.states import JobState
-from tests import tasks
-from tests.test_dashboard_views import PASSWORD, make_job, make_user
+from tests.browser import screenshot_pages
+from tests.factories import dead_letter_of_add
+from tests.test_dashboard_views import make_job
 from tests.test_schedules import with_schedules
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-# When the page scrolls sideways, the elements sticking out of the viewport.
-OVERFLOWING = """() => {
-  const root = document.documentElement;
-  if (root.scrollWidth <= root.clientWidth) return [];
-  return [...document.querySelectorAll("body *")]
-    .filter((e) => e.getBoundingClientRect().right > root.clientWidth + 1)
-    .map((e) => `${e.tagName}.${e.className}`);
-}"""
-LAPTOP = {"width": 1280, "height": 860}
-PHONE = {"width": 390, "height": 844}
-
-
-@pytest.fixture(scope="module")
-def screenshots():
-    folder = Path(tempfile.mkdtemp(prefix="jobsite-console-"))
-    print(f"\nconsole screenshots: {folder}")
-    return folder
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    # Playwright's sync API keeps an event loop on this thread; the ORM calls the tests make
-    # between browser steps are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def operator(django_user_model):
-    return make_user(django_user_model, "olivia", operate=True)
-
-
-@pytest.fixture
-def open_console(browser, live_server, operator):
-    """A logged-in page; it fails the test on any console error (CSP violations show there).
-
-    A test visiting a page it expects to be missing adds its path to `open_.missing_pages`.
-    """
-    contexts, errors = [], []
-
-    def on_console(message):
-        url = message.location.get("url", "")
-        expected = any(url.endswith(path) for path in open_.missing_pages)
-        if message.type == "error" and not (expected and "status of 404" in message.text):
-            errors.append(message.text)
-
-    def open_(*, viewport=LAPTOP, color_scheme="light", javascript=True):
-        context = browser.new_context(
-            viewport=viewport, color_scheme=color_scheme, java_script_enabled=javascript
-        )
-        contexts.append(context)
-        context.set_default_timeout(15_000)
-        page = context.new_page()
-        page.on("console", on_console)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(f"{live_server.url}/login/")
-        page.get_by_label("Username").fill(operator.username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-        return page
-
-    open_.missing_pages = set()
-    yield open_
-    for context in contexts:
-        context.close()
-    assert errors == []
-
-
-def dead_letter_of_add():
-    """A real enqueued job of tests.tasks.add, then dead-lettered as if it had failed 3 times."""
-    result = tasks.add.enqueue(2, 3)
-    Job.objects.filter(id=result.id).update(
-        state=JobState.DEAD_LETTER,
-        attempt=3,
-        max_attempts=3,
-        finished_at=timezone.now(),
-        error_type="ConnectionError",
-        error_message="upstream refused the connection",
-        error_traceback="Traceback (most recent call last):\nConnectionError: refused",
-        dead_letter_reason="exhausted",
-    )
-    return Job.objects.get(id=result.id)
 
 
 def test_operator_retries_a_dead_letter_and_watches_it_leave_the_list_and_succeed(
@@ -213,12 +115,12 @@ def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
         make_job(state, queue_name="emails", task_path="jobsite.tasks.send_welcome_email")
     job = dead_letter_of_add()
     pages = {
-        "overview": "",
-        "jobs": "jobs/",
-        "dead-letters": "dead-letters/",
-        "job": f"jobs/{job.id}/",
-        "workers": "workers/",
-        "schedules": "schedules/",
+        "overview": "/",
+        "jobs": "/jobs/",
+        "dead-letters": "/dead-letters/",
+        "job": f"/jobs/{job.id}/",
+        "workers": "/workers/",
+        "schedules": "/schedules/",
     }
     for state in (JobState.SUCCEEDED, JobState.DEAD_LETTER):
         make_job(state, task_path="tests.tasks.add", schedule="ping", scheduled_at=timezone.now())
@@ -234,19 +136,6 @@ def test_screenshots_of_the_main_pages_in_light_and_dark_on_laptop_and_phone(
     ):
         screenshot_pages(open_console, screenshots, pages)
     assert len(list(screenshots.glob("*-laptop-light.png"))) == len(pages)
-
-
-def screenshot_pages(open_console, screenshots, pages):
-    for scheme in ("light", "dark"):
-        for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
-            page = open_console(viewport=viewport, color_scheme=scheme)
-            base = page.url
-            for name, path in pages.items():
-                page.goto(base + path)
-                expect(page.locator("main h1").first).to_be_visible()
-                # Nothing may overflow the viewport sideways except inside scrolling tables.
-                assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
-                page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
 
 
 def test_operator_pauses_and_runs_a_schedule_now_in_the_browser(open_console):

@@ -1,4 +1,3 @@
-# ruff: noqa: F811 (the shared fixtures are imported by name)
 """The operator features in a real browser: search, queue pause, discard, edit and rerun, bulk.
 
 Screenshots of the new pages (light and dark, laptop and phone) go to the folder printed by
@@ -14,16 +13,8 @@ from jobs import queues
 from jobs.models import AuditEntry, Job
 from jobs.states import JobState
 from tests import tasks
-from tests.test_dashboard_browser import (  # noqa: F401 (fixtures)
-    LAPTOP,
-    OVERFLOWING,
-    PHONE,
-    browser,
-    dead_letter_of_add,
-    open_console,
-    operator,
-    screenshots,
-)
+from tests.browser import base_of, screenshot_pages
+from tests.factories import dead_letter_of_add
 from tests.test_dashboard_views import make_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -138,19 +129,15 @@ def test_screenshots_of_the_new_pages_in_light_and_dark_on_laptop_and_phone(
         make_job(state, queue_name="emails", task_path="jobsite.tasks.send_welcome_email")
     queues.pause("reports")
     job = dead_letter_of_add()
-    pages = {"queues": "queues/", "search": "jobs/?q=upstream", "job-edit": f"jobs/{job.id}/"}
-    for scheme in ("light", "dark"):
-        for device, viewport in (("laptop", LAPTOP), ("phone", PHONE)):
-            page = open_console(viewport=viewport, color_scheme=scheme)
-            base = page.url
-            for name, path in pages.items():
-                page.goto(base + path)
-                expect(page.locator("main h1").first).to_be_visible()
-                if name == "job-edit":
-                    page.get_by_text("Edit and rerun").click()
-                assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
-                page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
-            page.goto(base + "jobs/")
-            page.get_by_role("button", name="Discard all…").click()
-            expect(page.locator(".confirm-question")).to_be_visible()
-            page.screenshot(path=screenshots / f"bulk-confirm-{device}-{scheme}.png")
+    pages = {"queues": "/queues/", "search": "/jobs/?q=upstream", "job-edit": f"/jobs/{job.id}/"}
+
+    def open_the_edit_form(name, page):
+        if name == "job-edit":
+            page.get_by_text("Edit and rerun").click()
+
+    shown = screenshot_pages(open_console, screenshots, pages, prepare=open_the_edit_form)
+    for device, scheme, page in shown:
+        page.goto(base_of(page) + "/jobs/")
+        page.get_by_role("button", name="Discard all…").click()
+        expect(page.locator(".confirm-question")).to_be_visible()
+        page.screenshot(path=screenshots / f"bulk-confirm-{device}-{scheme}.png")

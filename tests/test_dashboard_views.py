@@ -73,16 +73,6 @@ def buttons_in(html: str) -> list[str]:
 
 
 @pytest.fixture
-def operator(django_user_model):
-    return make_user(django_user_model, "olivia", operate=True)
-
-
-@pytest.fixture
-def viewer(django_user_model):
-    return make_user(django_user_model, "victor")
-
-
-@pytest.fixture
 def operator_client(client, operator):
     client.force_login(operator)
     return client
@@ -806,18 +796,10 @@ def test_htmx_is_vendored_and_served_from_static(client):
 def test_dead_letter_retried_from_the_console_succeeds_when_a_worker_runs(
     client, django_user_model, run_worker
 ):
-    from tests import tasks
+    from tests.factories import dead_letter_of_add
 
     client.force_login(make_user(django_user_model, "olivia", operate=True))
-    result = tasks.add.enqueue(2, 3)
-    Job.objects.filter(id=result.id).update(
-        state=JobState.DEAD_LETTER,
-        attempt=3,
-        max_attempts=3,
-        finished_at=timezone.now(),
-        error_type="ConnectionError",
-        dead_letter_reason="exhausted",
-    )
+    result = dead_letter_of_add()
     client.post(reverse("dashboard:retry", args=[result.id]))
     worker = run_worker()
     assert worker.returncode == 0, worker.stdout + worker.stderr

@@ -1,7 +1,5 @@
 """`manage.py enqueue`: one job from the command line, or a clear error and nothing stored."""
 
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -118,15 +116,8 @@ def test_bad_options_are_refused_before_anything_is_stored(args):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_from_a_shell_an_unknown_task_exits_2_with_the_reason(subprocess_env):
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "enqueue", "tests.tasks.nope", "1"],
-        cwd=ROOT,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_from_a_shell_an_unknown_task_exits_2_with_the_reason(manage):
+    proc = manage("enqueue", "tests.tasks.nope", "1")
 
     assert proc.returncode == 2
     assert "unknown task 'tests.tasks.nope'" in proc.stderr
@@ -134,15 +125,8 @@ def test_from_a_shell_an_unknown_task_exits_2_with_the_reason(subprocess_env):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_from_a_shell_bad_kwargs_exit_2(subprocess_env):
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "enqueue", "tests.tasks.echo", "--kwargs", "{oops"],
-        cwd=ROOT,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_from_a_shell_bad_kwargs_exit_2(manage):
+    proc = manage("enqueue", "tests.tasks.echo", "--kwargs", "{oops")
 
     assert proc.returncode == 2
     assert "--kwargs is not valid JSON" in proc.stderr
@@ -150,16 +134,8 @@ def test_from_a_shell_bad_kwargs_exit_2(subprocess_env):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_enqueued_job_runs_through_the_worker(subprocess_env, run_worker):
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "enqueue", "tests.tasks.add", "20", "22"],
-        cwd=ROOT,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+def test_an_enqueued_job_runs_through_the_worker(manage, run_worker):
+    proc = manage("enqueue", "tests.tasks.add", "20", "22", check=True)
     job_id = proc.stdout.splitlines()[-1]
 
     assert run_worker().returncode == 0

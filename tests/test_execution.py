@@ -15,7 +15,7 @@ from jobs.compat import InvalidTask
 from jobs.models import Attempt, CounterDelta, Job
 from jobs.retry import Fixed
 from jobs.states import JobState
-from tests import reliability_helpers, tasks
+from tests import tasks
 from tests.reliability_helpers import (
     all_terminal,
     assert_attempt_history_consistent,
@@ -26,7 +26,6 @@ from tests.reliability_helpers import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-spawn_worker = reliability_helpers.spawn_worker
 
 
 def burst(run_worker, *args):
@@ -205,13 +204,9 @@ def test_a_short_job_never_waits_behind_a_long_one(spawn_worker, subprocess_env)
 # --- signals to the whole process group ------------------------------------------------------
 
 
-def test_sigterm_to_the_group_while_executors_boot_stops_cleanly(spawn_worker, subprocess_env):
-    ids = tasks.ledger_span.enqueue_many([((f"boot-{i}", 0.1), {}) for i in range(10)])
-    worker = spawn_worker("--concurrency", "4")
-    # The worker, its resource tracker and the 4 executors, all started (each executor still
-    # loading Django): a process that shows up after the signal was started after it. A
-    # snapshot taken earlier would race with the worker starting the rest before the signal.
-    wait_for(lambda: len(worker.group_members()) >= 6, timeout=30, what="every executor to start")
+def sigterm_the_group_and_see_it_exit_cleanly(worker):
+    """SIGTERM to the worker's whole process group (as a terminal's Ctrl-C or a supervisor
+    sends it): the worker exits 0 and no process of the group starts after the signal."""
     members = worker.group_members()
     worker.signal_group(signal.SIGTERM)
     seen_after = set()
@@ -219,6 +214,16 @@ def test_sigterm_to_the_group_while_executors_boot_stops_cleanly(spawn_worker, s
         seen_after |= worker.group_members()
     assert worker.proc.returncode == 0, worker.output()[-3000:]
     assert seen_after <= members, "an executor was started after the signal"
+
+
+def test_sigterm_to_the_group_while_executors_boot_stops_cleanly(spawn_worker, subprocess_env):
+    ids = tasks.ledger_span.enqueue_many([((f"boot-{i}", 0.1), {}) for i in range(10)])
+    worker = spawn_worker("--concurrency", "4")
+    # The worker, its resource tracker and the 4 executors, all started (each executor still
+    # loading Django): a process that shows up after the signal was started after it. A
+    # snapshot taken earlier would race with the worker starting the rest before the signal.
+    wait_for(lambda: len(worker.group_members()) >= 6, timeout=30, what="every executor to start")
+    sigterm_the_group_and_see_it_exit_cleanly(worker)
     assert "executor process" not in worker.output()
     assert_nothing_running()
     assert max(starts(subprocess_env).values(), default=0) <= 1
@@ -231,13 +236,7 @@ def test_sigterm_to_the_group_while_jobs_run_finishes_them_once(spawn_worker, su
     worker = spawn_worker("--concurrency", "2")
     wait_started(worker)
     wait_for(lambda: starts(subprocess_env), timeout=30, what="a job to start")
-    members = worker.group_members()
-    worker.signal_group(signal.SIGTERM)
-    seen_after = set()
-    while worker.wait(0.05) is None:
-        seen_after |= worker.group_members()
-    assert worker.proc.returncode == 0, worker.output()[-3000:]
-    assert seen_after <= members, "an executor was started after the signal"
+    sigterm_the_group_and_see_it_exit_cleanly(worker)
     assert_nothing_running()
     started, ended = starts(subprocess_env), ends(subprocess_env)
     assert max(started.values()) == 1

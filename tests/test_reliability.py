@@ -20,7 +20,7 @@ from django.utils import timezone
 from jobs.actions import cancel
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
-from tests import reliability_helpers, tasks
+from tests import tasks
 from tests.reliability_helpers import (
     CANCEL_GRACE_SECONDS,
     LEASE_SECONDS,
@@ -41,10 +41,6 @@ from tests.reliability_helpers import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-# Fixtures (tests/reliability_helpers.py).
-fast_leases = reliability_helpers.fast_leases
-spawn_worker = reliability_helpers.spawn_worker
 
 
 def job_id(result):

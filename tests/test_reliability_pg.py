@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import AttemptOutcome, JobState
-from tests import reliability_helpers, tasks
+from tests import tasks
 from tests.reliability_helpers import (
     LEASE_SECONDS,
     all_terminal,
@@ -23,9 +23,6 @@ from tests.reliability_helpers import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-fast_leases = reliability_helpers.fast_leases
-spawn_worker = reliability_helpers.spawn_worker
 
 
 def stalled_mid_finish():

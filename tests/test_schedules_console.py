@@ -12,7 +12,7 @@ from jobs import schedules
 from jobs.models import Job, Schedule, ScheduleAuditEntry
 from jobs.states import JobState
 from tests.test_api_support import bearer, token_for
-from tests.test_dashboard_views import make_job, make_user
+from tests.test_dashboard_views import make_job
 from tests.test_schedules import with_schedules
 
 pytestmark = pytest.mark.django_db
@@ -32,16 +32,6 @@ SCHEDULES = {
 def configured():
     with with_schedules(SCHEDULES):
         yield
-
-
-@pytest.fixture
-def operator(django_user_model):
-    return make_user(django_user_model, "olivia", operate=True)
-
-
-@pytest.fixture
-def viewer(django_user_model):
-    return make_user(django_user_model, "victor")
 
 
 def buttons_in(html: str) -> list[str]:

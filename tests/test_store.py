@@ -1,10 +1,8 @@
-import threading
-
 import pytest
-from django.db import connection
 
 from jobs import store
 from jobs.models import CounterDelta
+from tests.concurrency import at_once
 
 
 @pytest.mark.django_db(transaction=True)
@@ -12,23 +10,7 @@ def test_concurrent_counter_compactions_keep_every_count():
     for _ in range(5):
         store.add_counters({"jobs_enqueued": 2, "jobs_succeeded": 1})
     expected = CounterDelta.objects.totals()
-    barrier = threading.Barrier(6)
-    errors = []
-
-    def compact():
-        try:
-            barrier.wait()
-            store.compact_counters()
-        except Exception as e:  # surfaced below; a thread must not swallow it
-            errors.append(e)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=compact) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _, errors = at_once([store.compact_counters] * 6)
     assert not [e for e in errors if "locked" not in str(e)]
     assert CounterDelta.objects.totals() == expected == {"jobs_enqueued": 10, "jobs_succeeded": 5}
     assert CounterDelta.objects.count() <= 5 * 2

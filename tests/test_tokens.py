@@ -1,14 +1,11 @@
 """`manage.py create_api_token`: issue, list and revoke bearer tokens, stored hashed."""
 
-import subprocess
-import sys
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from dashboard.models import ApiToken
-from tests.conftest import ROOT
 from tests.test_api_support import bearer, make_user
 
 pytestmark = pytest.mark.django_db
@@ -103,18 +100,10 @@ def test_revoking_an_unknown_token_is_an_error():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_script_can_take_the_token_from_the_commands_last_line(client, subprocess_env):
+def test_a_script_can_take_the_token_from_the_commands_last_line(client, manage):
     make_user("alice", operate=True)
 
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "create_api_token", "alice"],
-        cwd=ROOT,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    proc = manage("create_api_token", "alice", check=True)
 
     key = proc.stdout.splitlines()[-1]
     assert client.get("/api/v1/metrics/summary", headers=bearer(key)).status_code == 200

@@ -5,8 +5,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from django import template
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from jobs.actions import due_later as job_due_later
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
@@ -159,3 +161,26 @@ def buttons_for(job, user, *only):
     """The buttons of `job` for `user`, or only those whose action is in `only`."""
     buttons = job_buttons(job, user)
     return [b for b in buttons if b.action in only] if only else buttons
+
+
+@register.tag("page_head")
+def page_head(parser, token):
+    """`{% page_head "Title" [live] %}note{% end_page_head %}`: a page's title and its note;
+    `live` marks a page that refreshes itself."""
+    bits = token.split_contents()
+    if len(bits) not in (2, 3) or bits[2:] not in ([], ["live"]):
+        raise template.TemplateSyntaxError('usage: {% page_head "Title" [live] %}')
+    note = parser.parse(("end_page_head",))
+    parser.delete_first_token()
+    return PageHeadNode(parser.compile_filter(bits[1]), note, live=len(bits) == 3)
+
+
+class PageHeadNode(template.Node):
+    def __init__(self, title, note, *, live):
+        self.title, self.note, self.live = title, note, live
+
+    def render(self, context):
+        # The note is rendered (and escaped) by the page's own template.
+        note = mark_safe(self.note.render(context).strip())
+        values = {"title": self.title.resolve(context), "note": note, "live": self.live}
+        return render_to_string("dashboard/includes/page_head.html", values)

@@ -3,6 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import schedules
 from jobs.compat import task_backends
 from jobs.management.arguments import seconds, whole_number
+from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
 positive_int = whole_number(1)
@@ -33,7 +34,6 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-jobs",
             type=positive_int,
-            default=None,
             metavar="N",
             help="exit after claiming N jobs and finishing them",
         )
@@ -66,6 +66,7 @@ class Command(BaseCommand):
         worker_id = options["worker_id"]
         if worker_id is not None and not 0 < len(worker_id) <= 200:
             raise CommandError("--worker-id must be 1 to 200 characters")
+        timing = getattr(backend, "timing", DEFAULTS)
         try:
             config = WorkerConfig(
                 queues=options["queues"],
@@ -74,9 +75,9 @@ class Command(BaseCommand):
                 max_jobs=options["max_jobs"],
                 worker_id=worker_id,
                 shutdown_timeout=options["shutdown_timeout"],
-                heartbeat_seconds=getattr(backend, "heartbeat_seconds", 10.0),
-                lease_seconds=getattr(backend, "lease_seconds", 60.0),
-                cancel_grace=getattr(backend, "cancel_grace_seconds", 10.0),
+                heartbeat_seconds=timing.heartbeat_seconds,
+                lease_seconds=timing.lease_seconds,
+                cancel_grace=timing.cancel_grace_seconds,
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
