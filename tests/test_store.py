@@ -3,14 +3,14 @@ import threading
 import pytest
 from django.db import connection
 
-from jobs import store
+from jobs import db
 from jobs.models import CounterDelta
 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_counter_compactions_keep_every_count():
     for _ in range(5):
-        store.add_counters({"jobs_enqueued": 2, "jobs_succeeded": 1})
+        db.add_counters({"jobs_enqueued": 2, "jobs_succeeded": 1})
     expected = CounterDelta.objects.totals()
     barrier = threading.Barrier(6)
     errors = []
@@ -18,7 +18,7 @@ def test_concurrent_counter_compactions_keep_every_count():
     def compact():
         try:
             barrier.wait()
-            store.compact_counters()
+            db.compact_counters()
         except Exception as e:  # surfaced below; a thread must not swallow it
             errors.append(e)
         finally:
@@ -37,7 +37,7 @@ def test_concurrent_counter_compactions_keep_every_count():
 @pytest.mark.django_db
 def test_compacting_folds_the_increments_into_one_row_per_name():
     for _ in range(3):
-        store.add_counters({"jobs_failed": 1, "jobs_requeued": 2})
-    store.compact_counters()
+        db.add_counters({"jobs_failed": 1, "jobs_requeued": 2})
+    db.compact_counters()
     assert CounterDelta.objects.count() == 2
     assert CounterDelta.objects.totals() == {"jobs_failed": 3, "jobs_requeued": 6}
