@@ -108,6 +108,8 @@ class Engine:
     uuid_param: str = "%s"
     # Can a SELECT lock the rows it reads until the transaction ends?
     locks_rows: bool = False
+    # Are idle workers woken by a notification (else they poll)?
+    wakes_workers: bool = False
 
     def __init__(self):
         self._claim_sql: dict[str, str] = {}
@@ -134,11 +136,13 @@ class Engine:
         return ""
 
     def notify(self, cursor) -> None:
-        """Wake idle workers (delivered at commit); databases without wake-ups poll."""
+        """Wake idle workers (delivered at commit), on a database that `wakes_workers`."""
+        raise NotImplementedError
 
     def notify_workers(self) -> None:
-        with connection.cursor() as cursor:
-            self.notify(cursor)
+        if self.wakes_workers:
+            with connection.cursor() as cursor:
+                self.notify(cursor)
 
     # --- claim ------------------------------------------------------------------------------
 
@@ -368,7 +372,7 @@ class Engine:
         def run(c):
             c.execute(sql, ids)
             changed = [parse_uuid(r[0]) for r in c.fetchall()]
-            if notify and changed:
+            if notify and changed and self.wakes_workers:
                 self.notify(c)
             return changed
 

@@ -102,6 +102,7 @@ class PostgresEngine(Engine):
     now = "now()"
     uuid_param = "%s::uuid"
     locks_rows = True
+    wakes_workers = True
 
     def after(self, expr):
         return f"now() + ({expr}) * interval '1 second'"
