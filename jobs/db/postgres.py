@@ -18,7 +18,7 @@ from django.db import connection, transaction
 
 from .. import payload
 from ..states import TERMINAL, AttemptOutcome, JobState
-from . import columns
+from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
     COUNTER,
@@ -126,11 +126,11 @@ class PostgresEngine(Engine):
     @cached_property
     def insert_one_sql(self) -> str:
         """One job: one statement of constant text that inserts it, counts it, wakes workers."""
-        inserted = columns.job_inserted()
+        inserted = job_inserted()
         names = ", ".join(c.name for c in inserted)
         select = ", ".join(
             f"CASE WHEN v.state IN ({sql_in(TERMINAL)}) THEN now() END"
-            if c.name == columns.FINISHED_AT
+            if c.name == FINISHED_AT
             else f"COALESCE(v.{c.name}, now())"
             if c.defaults_to_now
             else f"v.{c.name}"
@@ -155,7 +155,7 @@ class PostgresEngine(Engine):
 
     def insert_job(self, row: dict) -> None:
         """`row` carries already-validated values; `run_after` None means now."""
-        values = [insert_value(c, row) for c in columns.job_inserted()]
+        values = [insert_value(c, row) for c in job_inserted()]
         with BoundCursor() as cursor:
             cursor.execute(self.insert_one_sql, values, prepare=True)
 
@@ -163,7 +163,7 @@ class PostgresEngine(Engine):
         """The rows stream in through COPY, formatted here: only id, args and kwargs differ."""
         if not calls:
             return
-        inserted = columns.job_inserted()
+        inserted = job_inserted()
         with transaction.atomic(), BoundCursor() as cursor:
             # The transaction's now(), as the single-row statement would have used.
             now = cursor.execute("SELECT now()").fetchone()[0]
@@ -172,7 +172,7 @@ class PostgresEngine(Engine):
                 if column.defaults_to_now and shared.get(column.name) is None:
                     shared[column.name] = now
             if shared["state"] in TERMINAL:
-                shared[columns.FINISHED_AT] = now
+                shared[FINISHED_AT] = now
             varying = {"id": "{0}", "args": "{1}", "kwargs": "{2}"}
             line = (
                 "\t".join(
@@ -220,7 +220,7 @@ class PostgresEngine(Engine):
             "finished_at": "COALESCE(finished_at, now())",
             "outcome": "attempt_outcome",
         }
-        attempt_names = columns.attempt_row()
+        attempt_names = attempt_row()
         by = {"state": "final_state", "outcome": "attempt_outcome"}
         counts = ",\n".join(
             f"count(*) FILTER (WHERE {by[kind]} IN ({sql_in(values)})) AS n{i}"

@@ -20,7 +20,7 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from ..states import JobState
-from . import columns
+from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
     COUNTER,
@@ -91,13 +91,13 @@ class SQLiteEngine(Engine):
             self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
 
     def _insert(self, cursor, rows: list[dict]) -> None:
-        inserted = columns.job_inserted()
+        inserted = job_inserted()
         values, params = [], []
         for row in rows:
             placeholders = []
             for column in inserted:
                 value = insert_value(column, row)
-                if column.name == columns.FINISHED_AT:
+                if column.name == FINISHED_AT:
                     placeholders.append(f"CASE WHEN %s THEN {self.now} ELSE NULL END")
                     params.append(self.finished_at_value(column, row))
                 elif column.defaults_to_now:
@@ -145,7 +145,7 @@ class SQLiteEngine(Engine):
         return [r for r, _ in applied]
 
     def _insert_attempts(self, cursor, applied):
-        names = columns.attempt_row()
+        names = attempt_row()
         rows, params = [], []
         for r, number in applied:
             if r.outcome is None:
