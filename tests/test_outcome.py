@@ -1,32 +1,18 @@
 """The retry decision (jobs.outcome): what becomes of a job after an attempt, however it ended."""
 
-import uuid
-
 import pytest
 
-from jobs.db import Claimed
 from jobs.errors import JobTimeout
 from jobs.outcome import Outcome, Ran, decide, failure_from_outside
 from jobs.retry import MAX_ATTEMPTS
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+from tests.factories import make_claimed
 
 WORKER = "w-outcome"
 
 
 def claimed(task="tests.tasks.always_fails", attempt=1, max_attempts=3):
-    return Claimed(
-        id=uuid.uuid4(),
-        lease_id=uuid.uuid4(),
-        task_path=task,
-        args_json="[]",
-        kwargs_json="{}",
-        attempt=attempt,
-        max_attempts=max_attempts,
-        timeout=None,
-        queue_name="default",
-        priority=0,
-        backend="default",
-    )
+    return make_claimed(task, attempt=attempt, max_attempts=max_attempts)
 
 
 def failed(c, delay=5.0, **fields):

@@ -4,12 +4,10 @@ The executors are the real `Executor` bookkeeping without a child process behind
 is sent lands in a pipe nobody reads, which is all the dispatcher sees of a child anyway.
 """
 
-import uuid
-
 import pytest
 
-from jobs.db import Claimed
 from jobs.pool import IDLE, PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher, Executor, mp_context
+from tests.factories import make_claimed
 
 SHORT = "tests.tasks.add"
 LONG = "tests.tasks.sleepy"
@@ -40,19 +38,7 @@ def executors():
 
 
 def job(task_path=SHORT):
-    return Claimed(
-        id=uuid.uuid4(),
-        lease_id=uuid.uuid4(),
-        task_path=task_path,
-        args_json="[]",
-        kwargs_json="{}",
-        attempt=1,
-        max_attempts=3,
-        timeout=None,
-        queue_name="default",
-        priority=0,
-        backend="default",
-    )
+    return make_claimed(task_path)
 
 
 def dispatcher(executors, short_seconds=0.001):
