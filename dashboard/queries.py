@@ -16,7 +16,7 @@ from django.db.models.functions import TruncMinute
 from jobs import queues, timing
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
-from jobs.states import CLAIMABLE, AttemptOutcome, JobState
+from jobs.states import CLAIMABLE, AttemptOutcome, JobState, is_failed_attempt
 
 from .columns import LIST_COLUMNS
 from .counts import STATE_CAP, Tally, tally
@@ -31,7 +31,6 @@ DEAD_LETTER_WINDOW = 2_000
 QUEUE_SAMPLE = 1_000
 MAX_RUNNING_SHOWN = 500
 LINEAGE_DEPTH = 20
-FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.POISON)
 
 
 def lease_seconds() -> float:
@@ -238,7 +237,7 @@ def _last_hour_by_queue(now: datetime):
     for queue, outcome in recent:
         rows += 1
         finished[queue] = finished.get(queue, 0) + 1
-        if outcome in FAILED_OUTCOMES:
+        if is_failed_attempt(outcome):
             failed[queue] = failed.get(queue, 0) + 1
     return finished, failed, rows < THROUGHPUT_SAMPLE
 
@@ -279,7 +278,7 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
     for row in rows:
         if row["outcome"] == AttemptOutcome.SUCCEEDED:
             succeeded[row["minute"]] = succeeded.get(row["minute"], 0) + row["n"]
-        elif row["outcome"] in FAILED_OUTCOMES:
+        elif is_failed_attempt(row["outcome"]):
             failed[row["minute"]] = failed.get(row["minute"], 0) + row["n"]
     slots = [start + timedelta(minutes=i) for i in range(minutes)]
     return [Minute(at=m, succeeded=succeeded.get(m, 0), failed=failed.get(m, 0)) for m in slots]

@@ -16,9 +16,9 @@ from django.db.models import F
 from django.db.models.functions import Substr
 
 from jobs.models import Attempt, Job
-from jobs.states import AttemptOutcome, JobState
+from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
-from .queries import FAILED_OUTCOMES, distinct_names
+from .queries import distinct_names
 
 RECENT_ATTEMPTS = 1_000
 TASK_JOBS = 300
@@ -64,7 +64,7 @@ class TaskFigures:
             self.last_run_at = finished_at
         if outcome in TIMED_OUTCOMES and started_at and finished_at:
             self.durations.append(finished_at - started_at)
-        if outcome in FAILED_OUTCOMES:
+        if is_failed_attempt(outcome):
             self.failures += 1
             if len(self.recent_failures) < RECENT_FAILURES:
                 failure = Failure(

@@ -14,15 +14,14 @@ from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from . import payload, store
+from . import db, payload
 from .models import AuditEntry, Job
-from .states import TERMINAL, JobState
+from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 
-RETRYABLE = (JobState.DEAD_LETTER, JobState.CANCELLED)
-CANCELLABLE = (JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING)
-DISCARDABLE = (JobState.DEAD_LETTER, JobState.CANCELLED, JobState.SUCCEEDED)
+# The sources of each action, from the transition table (jobs.states).
+CANCELLABLE = WAITING
 # Waiting for a run_after in the future; "run now" brings that moment forward.
-RUNNABLE_NOW = (JobState.PENDING, JobState.RETRYING)
+RUNNABLE_NOW = CLAIMABLE
 
 
 def due_later(job, now=None):
@@ -85,7 +84,7 @@ def _answer(job_id, action, changed, *, done, refused_in, refusal, audit) -> Act
         message = f"job already {_words(state)}"
     _audit(job_id, action, message, **audit)
     if changed:
-        store.notify_workers()
+        db.notify_workers()
     return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
 
 
@@ -188,14 +187,14 @@ def rerun_job(
         earlier = _earlier_rerun(request_key)
         if earlier is not None:
             return earlier
-    if original.state not in TERMINAL:
+    if original.state not in RERUNNABLE:
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)
         return ActionResult(False, message, job=original)
     new_id = uuid.uuid4()
     try:
         with transaction.atomic():
-            store.insert_job(
+            db.insert_job(
                 {
                     "id": new_id,
                     "task_path": original.task_path,
@@ -264,8 +263,8 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
             cancel_requested_at=now,
         )
         if changed:
-            store.cancel_continuations([job_id])
-            store.add_counters({"jobs_cancelled": 1})
+            db.cancel_continuations([job_id])
+            db.add_counters({"jobs_cancelled": 1})
             message = "job cancelled"
         else:
             # A running job is asked to stop; its worker ends it (cooperatively, then hard).

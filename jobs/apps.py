@@ -9,4 +9,4 @@ class JobsConfig(AppConfig):
     def ready(self):
         # Registers the SQLite clock and search functions on every connection, from the first on;
         # checks registers the system checks of the SCHEDULES option.
-        from . import checks, search, store  # noqa: F401
+        from . import checks, db, search  # noqa: F401

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import payload, retry, store
+from . import db, payload, retry
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -135,7 +135,7 @@ class JobsBackend(BaseTaskBackend):
                 row["parent_id"], row["state"] = self._continuation_state(after)
                 self._insert(row)
                 if row["state"] == JobState.CANCELLED:
-                    store.add_counters({"jobs_cancelled": 1})  # its parent had already failed
+                    db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
         task_enqueued.send(type(self), task_result=result)
         if self.eager:
@@ -158,7 +158,7 @@ class JobsBackend(BaseTaskBackend):
             )
             for args, kwargs in calls
         ]
-        store.insert_job_batch(template, batch)
+        db.insert_job_batch(template, batch)
         ids = [job_id for job_id, _, _ in batch]
         if self.eager:
             from .eager import run_inline
@@ -169,11 +169,11 @@ class JobsBackend(BaseTaskBackend):
 
     def _insert(self, row):
         if not row.get("dedup_key"):
-            store.insert_job(row)
+            db.insert_job(row)
             return
         try:
             with transaction.atomic():
-                store.insert_job(row)
+                db.insert_job(row)
         except IntegrityError:
             from .models import Job
 
@@ -192,7 +192,7 @@ class JobsBackend(BaseTaskBackend):
         except ValueError:
             raise ValueError(f"after= must be a job id, not {after!r}") from None
         parents = Job.objects.filter(id=parent_id)
-        if store.dialect().pg:
+        if db.engine().locks_rows:
             # Serialise with the parent's completion, which promotes its continuations.
             parents = parents.select_for_update()
         state = parents.values_list("state", flat=True).first()

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import store
+from . import db
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -27,10 +27,10 @@ SLOW_CHORES_EVERY = 30
 def run_due(worker_id: str, *, round: int) -> None:
     """The maintenance a worker does on heartbeat number `round` (1, 2, ...)."""
     recover_expired_leases(worker_id)
-    store.expire_not_after()
-    store.settle_orphaned_continuations()
+    db.expire_not_after()
+    db.settle_orphaned_continuations()
     if round % SLOW_CHORES_EVERY == 1:
-        store.compact_counters()
+        db.compact_counters()
         forget_lost_nodes()
 
 
@@ -39,7 +39,7 @@ def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
     from . import outcome as oc
 
     with transaction.atomic():
-        expired = store.expired_leases(limit, lock=True)
+        expired = db.expired_leases(limit, lock=True)
         if not expired:
             return 0
         claims = {e.id: e.as_claimed() for e in expired}
@@ -55,14 +55,16 @@ def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
             finish = oc.decide(claims[e.id], ran, worker_id=e.worker_id)
             finish.only_if_expired = True
             finishes.append(finish)
-        applied = store.finish(finishes)
+        applied = db.finish(finishes)
     for f in applied:
         oc.announce(f, claims[f.job_id])
         logger.warning(
             "recovered job %s from worker %s (lease expired): %s",
             f.job_id,
             for_log(f.worker_id),
-            f"retrying in {f.delay:.1f}s" if f.state == "retrying" else f"{f.state} ({f.reason})",
+            f"retrying in {f.delay:.1f}s"
+            if f.state == JobState.RETRYING
+            else f"{f.state} ({f.reason})",
         )
     return len(applied)
 

@@ -1,7 +1,7 @@
 """The job lifecycle tables and the querysets holding every ORM query the engine runs.
 
 The hot paths that need one hand-written statement per vendor (claim, finish, heartbeat,
-recover) live in `jobs.store`; everything else is a named queryset method here.
+recover) live in `jobs.db`; everything else is a named queryset method here.
 """
 
 import uuid
@@ -11,7 +11,15 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .states import ACTIVE, CLAIMABLE, TERMINAL, AttemptOutcome, DeadLetterReason, JobState
+from .states import (
+    ACTIVE,
+    CLAIMABLE,
+    TERMINAL,
+    WAITING,
+    AttemptOutcome,
+    DeadLetterReason,
+    JobState,
+)
 
 TERMINAL_STATES = sorted(TERMINAL)
 ACTIVE_STATES = sorted(ACTIVE)
@@ -153,9 +161,7 @@ class Job(models.Model):
             # Expiry of not_after among jobs not yet started.
             models.Index(
                 fields=["not_after"],
-                condition=Q(
-                    not_after__isnull=False, state__in=["pending", "retrying", "scheduled"]
-                ),
+                condition=Q(not_after__isnull=False, state__in=list(WAITING)),
                 name="job_expiry",
             ),
             # Console lists: newest first, optionally by state, queue or task.
@@ -174,7 +180,7 @@ class Job(models.Model):
             # Dead letters grouped by task and error (the console's dead-letter page).
             models.Index(
                 fields=["task_path", "error_type", "-finished_at"],
-                condition=Q(state="dead_letter"),
+                condition=Q(state=JobState.DEAD_LETTER),
                 name="job_dead_letter_group",
             ),
             models.Index(
@@ -333,7 +339,7 @@ class CounterDelta(models.Model):
     """Append-only increments of the lifetime counters (jobs_enqueued, ...).
 
     Writers only insert, so counting never contends on a hot row across workers and machines;
-    maintenance folds old rows into one per name (`jobs.store.compact_counters`).
+    maintenance folds old rows into one per name (`jobs.db.compact_counters`).
     """
 
     name = models.CharField(max_length=32)

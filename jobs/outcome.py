@@ -1,7 +1,7 @@
 """The one retry decision: what becomes of a job after an attempt, however the attempt ended.
 
 `Ran` is what the process that ran the attempt saw (or, for a timeout, a crash or a lost worker,
-what the worker saw from outside). `decide` turns it into a `store.Finish` through the named
+what the worker saw from outside). `decide` turns it into a `db.Finish` through the named
 constructors of `Outcome`; `announce` sends the signals once the outcome took effect.
 """
 
@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 
 from . import retry, signals
 from .compat import TaskError, TaskResult, TaskResultStatus
+from .db import Claimed, Finish
 from .errortext import describe, for_log
 from .states import AttemptOutcome, DeadLetterReason, JobState
-from .store import Claimed, Finish
 from .tasks import load_task
 
 logger = logging.getLogger("jobs.worker")

@@ -6,7 +6,7 @@ Jobs already running finish; enqueues still land and wait. Each call is audited.
 
 from django.db import IntegrityError, transaction
 
-from . import store
+from . import db
 from .models import AuditEntry, PausedQueue
 
 
@@ -48,7 +48,7 @@ def resume(name: str, *, user=None, source="python") -> bool:
         if deleted:
             _audit(name, "resume queue", "queue resumed", user=user, source=source)
     if deleted:
-        store.notify_workers()
+        db.notify_workers()
     return bool(deleted)
 
 

@@ -10,11 +10,11 @@ import json
 
 from . import payload
 from .compat import TaskResult, TaskResultStatus, task_finished, task_started
+from .db import Claimed
 from .errors import PoisonJob, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
 from .states import DeadLetterReason
-from .store import Claimed
 from .tasks import JobContext, load_task
 
 _tasks: dict[str, tuple] = {}

@@ -34,7 +34,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.db.models import F
 from django.utils import timezone
 
-from . import payload, store
+from . import db, payload
 
 logger = logging.getLogger("jobs.schedules")
 
@@ -540,8 +540,8 @@ def _fire(spec, row, decision: Plan, backend) -> bool:
                 # Only reachable if the row was reset by hand: the jobs' own constraint holds.
                 logger.warning("schedule %s: a fire time already had its job", spec.name)
                 return False
-            store.add_counters({"jobs_enqueued": len(decision.fire)})
-            store.notify_workers()
+            db.add_counters({"jobs_enqueued": len(decision.fire)})
+            db.notify_workers()
     return True
 
 
@@ -630,8 +630,8 @@ def trigger_schedule(name, *, user=None, source="python", backend=None) -> Sched
     job = _job(spec, backend, scheduled_at=None)
     with transaction.atomic():
         job.save(force_insert=True)
-        store.add_counters({"jobs_enqueued": 1})
-        store.notify_workers()
+        db.add_counters({"jobs_enqueued": 1})
+        db.notify_workers()
         _audit(name, "trigger", "run enqueued", user=user, source=source, job_id=job.id)
     return ScheduleActionResult(True, "run enqueued", job=job)
 

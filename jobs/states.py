@@ -1,4 +1,9 @@
-"""The job lifecycle: its states and the only transitions allowed between them."""
+"""The job lifecycle: its states, the only transitions allowed between them, and every guard.
+
+`TRANSITIONS` is the source of every guard in the engine: the states a claim takes jobs from,
+the states an operator's retry or cancel accepts, the states not_after expiry ends, all come
+from it here, and the guarded statements (jobs.db, jobs.actions) name these, never a literal.
+"""
 
 from django.db import models
 
@@ -50,8 +55,6 @@ class AttemptOutcome(models.TextChoices):
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD_LETTER})
 ACTIVE = frozenset(set(JobState) - TERMINAL)
-# Claimable once run_after has passed.
-CLAIMABLE = (JobState.PENDING, JobState.RETRYING)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
@@ -82,9 +85,9 @@ def can_transition(source: str, target: str) -> bool:
     return target in TRANSITIONS.get(source, frozenset())
 
 
-def sources_of(target: str) -> list[str]:
+def sources_of(target: str) -> tuple[str, ...]:
     """Every state from which `target` may be reached, for guarded updates."""
-    sources = [s for s, targets in TRANSITIONS.items() if target in targets]
+    sources = tuple(s for s, targets in TRANSITIONS.items() if target in targets)
     if not sources:
         raise IllegalTransition(f"no state may move to {target!r}")
     return sources
@@ -93,3 +96,34 @@ def sources_of(target: str) -> list[str]:
 def check_transition(source: str, target: str) -> None:
     if not can_transition(source, target):
         raise IllegalTransition(f"a job cannot go from {source!r} to {target!r}")
+
+
+# Claimable once run_after has passed; "run now" brings that moment forward.
+CLAIMABLE = sources_of(JobState.RUNNING)
+# Not started, and ended at once by an operator's cancel or by not_after expiry (a running job
+# is cancelled cooperatively: its worker sees the request). Sorted: index conditions name it.
+WAITING = tuple(sorted(set(sources_of(JobState.CANCELLED)) - {JobState.RUNNING}))
+# An operator's retry puts a finished job back in line (the same row).
+RETRYABLE = tuple(s for s in sources_of(JobState.PENDING) if s in TERMINAL)
+# Rerun (a new row) and discard (deleting the row) take any finished job.
+RERUNNABLE = DISCARDABLE = tuple(sorted(TERMINAL))
+# How a running job may end; a cancel requested meanwhile wins over every one of these but a
+# dead letter (the job ends cancelled instead of succeeding, retrying or going back to pending).
+CANCEL_OVERRIDES = tuple(
+    sorted(TRANSITIONS[JobState.RUNNING] - {JobState.DEAD_LETTER, JobState.CANCELLED})
+)
+
+# What counts as a failed attempt, everywhere: the jobs_failed counter, the console's failure
+# counts and rates, the metrics. An attempt handed back at shutdown was cut short, not a success.
+FAILED_ATTEMPT = frozenset(
+    {
+        AttemptOutcome.FAILED,
+        AttemptOutcome.LOST,
+        AttemptOutcome.POISON,
+        AttemptOutcome.INTERRUPTED,
+    }
+)
+
+
+def is_failed_attempt(outcome: str | None) -> bool:
+    return outcome in FAILED_ATTEMPT

@@ -27,7 +27,7 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import maintenance, schedules, startup_signals, store
+from . import db, maintenance, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
@@ -95,7 +95,7 @@ class Listener:
         params.pop("prepare_threshold", None)
         params.pop("server_side_binding", None)
         self.conn = psycopg.connect(**params, autocommit=True)
-        self.conn.execute(f"LISTEN {store.NOTIFY_CHANNEL}")
+        self.conn.execute(f"LISTEN {db.NOTIFY_CHANNEL}")
 
     def fileno_or_none(self):
         if self.conn is None:
@@ -142,7 +142,7 @@ class Worker:
         self.backend = task_backends[backend_alias]
         self.worker_id = config.worker_id or default_worker_id()
         self.held: dict[uuid.UUID, Held] = {}
-        self.finishes: list = []  # store.Finish waiting to be written
+        self.finishes: list = []  # db.Finish waiting to be written
         self.claimed_total = 0
         self.processed_total = 0
         self.stopping = False
@@ -341,7 +341,7 @@ class Worker:
         pending = self.finishes
         sent = time.monotonic()
         result = self._with_db(
-            store.finish_and_claim,
+            db.finish_and_claim,
             pending,
             worker_id=self.worker_id,
             queues=self.config.queues or None,
@@ -634,7 +634,7 @@ class Worker:
             )
         ]
         sent = time.monotonic()
-        held_ids = store.renew_leases(renewable, self.config.lease_seconds)
+        held_ids = db.renew_leases(renewable, self.config.lease_seconds)
         # Every lease still held runs at least until sent + lease (by the database's clock,
         # which started counting after `sent`); executors start nothing past that.
         self.leases_hold_until = sent + self.config.lease_seconds - self.lease_margin

@@ -4,6 +4,7 @@ import uuid
 
 from django.utils import timezone
 
+from jobs.db import Claimed
 from jobs.models import Attempt, Job
 from jobs.states import TERMINAL, JobState
 from tests import tasks
@@ -66,3 +67,20 @@ def dead_letter_of_add():
         dead_letter_reason="exhausted",
     )
     return Job.objects.get(id=result.id)
+
+
+def make_claimed(task_path="tests.tasks.add", *, attempt=1, max_attempts=3):
+    """A job as a worker holds it once claimed (no row behind it)."""
+    return Claimed(
+        id=uuid.uuid4(),
+        lease_id=uuid.uuid4(),
+        task_path=task_path,
+        args_json="[]",
+        kwargs_json="{}",
+        attempt=attempt,
+        max_attempts=max_attempts,
+        timeout=None,
+        queue_name="default",
+        priority=0,
+        backend="default",
+    )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-import jobs.store  # noqa: F401  (registers SQLite's jobsite_now() before any connection opens)
+import jobs.db  # noqa: F401  (registers SQLite's jobsite_now() before any connection opens)
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import TERMINAL, JobState
 

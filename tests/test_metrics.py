@@ -3,7 +3,7 @@
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs import store
+from jobs import db
 from jobs.states import JobState
 from tests import tasks
 from tests.factories import make_job
@@ -79,11 +79,11 @@ def test_the_summary_has_every_counter_even_before_anything_happened(client, hea
 
 @pytest.mark.django_db
 def test_counters_sum_every_increment_and_survive_compaction(client, headers):
-    store.add_counters({"jobs_failed": 2, "jobs_requeued": 1})
-    store.add_counters({"jobs_failed": 3, "jobs_dead_lettered": 1})
+    db.add_counters({"jobs_failed": 2, "jobs_requeued": 1})
+    db.add_counters({"jobs_failed": 3, "jobs_dead_lettered": 1})
     before = summary(client, headers)["counters"]
 
-    store.compact_counters()
+    db.compact_counters()
 
     assert before["jobs_failed"] == 5
     assert (before["jobs_requeued"], before["jobs_dead_lettered"]) == (1, 1)
@@ -93,7 +93,7 @@ def test_counters_sum_every_increment_and_survive_compaction(client, headers):
 @pytest.mark.django_db
 def test_prometheus_exposes_counters_with_total_and_jobs_by_state_and_queue(client, headers):
     make_job(JobState.DEAD_LETTER, queue_name="emails")
-    store.add_counters({"jobs_enqueued": 1, "jobs_dead_lettered": 1})
+    db.add_counters({"jobs_enqueued": 1, "jobs_dead_lettered": 1})
 
     samples = scrape(client, headers)
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from jobs import store
+from jobs import db
 from jobs.maintenance import prune_jobs
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import JobState
@@ -165,7 +165,7 @@ def test_the_command_prints_progress_per_batch():
 
 
 def test_lifetime_counters_do_not_drop_when_jobs_are_pruned():
-    store.add_counters({"jobs_enqueued": 4, "jobs_succeeded": 3, "jobs_cancelled": 1})
+    db.add_counters({"jobs_enqueued": 4, "jobs_succeeded": 3, "jobs_cancelled": 1})
     for _ in range(3):
         old(JobState.SUCCEEDED)
     before = CounterDelta.objects.totals()

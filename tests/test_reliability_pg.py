@@ -33,8 +33,8 @@ def stalled_mid_finish():
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobsite' "
             "AND datname = current_database() AND pid <> pg_backend_pid() "
             "AND state = 'idle in transaction' AND query LIKE %s",
-            # The finish statement (store.FINISH_PG): its text is longer than pg_stat_activity
-            # keeps, so it is known by its opening, where the outcomes come in.
+            # The finish statement (jobs.db.postgres finish_sql): its text is longer than
+            # pg_stat_activity keeps, so it is known by its opening, where the outcomes come in.
             ["%WITH v AS%json_to_recordset($1::json)%"],
         )
         return [pid for (pid,) in cursor.fetchall()]

@@ -3,8 +3,16 @@ import itertools
 import pytest
 
 from jobs.states import (
+    CANCEL_OVERRIDES,
+    CLAIMABLE,
+    DISCARDABLE,
+    FAILED_ATTEMPT,
+    RERUNNABLE,
+    RETRYABLE,
     TERMINAL,
     TRANSITIONS,
+    WAITING,
+    AttemptOutcome,
     IllegalTransition,
     JobState,
     can_transition,
@@ -41,3 +49,29 @@ def test_only_claimable_states_lead_to_running():
 def test_no_state_leads_back_to_scheduled():
     with pytest.raises(IllegalTransition):
         sources_of(JobState.SCHEDULED)
+
+
+def test_the_guards_of_the_operator_actions_are_those_of_the_contract():
+    assert set(RETRYABLE) == {JobState.DEAD_LETTER, JobState.CANCELLED}
+    assert set(WAITING) == {JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING}
+    assert set(RERUNNABLE) == set(DISCARDABLE) == TERMINAL
+    assert set(CLAIMABLE) == {JobState.PENDING, JobState.RETRYING}
+
+
+def test_every_guard_is_a_set_of_sources_in_the_transition_table():
+    for target, guard in [
+        (JobState.RUNNING, CLAIMABLE),
+        (JobState.CANCELLED, WAITING),
+        (JobState.PENDING, RETRYABLE),
+    ]:
+        assert all(can_transition(source, target) for source in guard)
+
+
+def test_a_cancel_requested_while_running_overrides_every_ending_but_a_dead_letter():
+    endings = TRANSITIONS[JobState.RUNNING]
+    assert set(CANCEL_OVERRIDES) == endings - {JobState.DEAD_LETTER, JobState.CANCELLED}
+
+
+def test_a_failed_attempt_is_any_attempt_that_neither_returned_nor_was_cancelled():
+    neither = set(AttemptOutcome) - {AttemptOutcome.SUCCEEDED, AttemptOutcome.CANCELLED}
+    assert neither == FAILED_ATTEMPT

@@ -1,0 +1,116 @@
+"""The engine's database layer: one engine per database behind one interface.
+
+    engine.py    the interface, and every statement and rule both databases share
+    postgres.py  PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish,
+                 prepared statements, NOTIFY
+    sqlite.py    SQLite's whole story: its clock functions and its statements
+    columns.py   the columns written by hand, derived from the models
+    records.py   the values crossing the interface (Claimed, Finish, Expired)
+
+The rest of the engine calls the functions below; each goes to the engine of the default
+connection's database, chosen from its vendor.
+"""
+
+from django.db import connection
+
+from .engine import Engine
+from .postgres import NOTIFY_CHANNEL, PostgresEngine
+from .records import Claimed, Expired, Finish
+from .sqlite import SQLiteEngine
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "Claimed",
+    "Expired",
+    "Finish",
+    "add_counters",
+    "cancel_continuations",
+    "claim",
+    "claim_one",
+    "compact_counters",
+    "engine",
+    "expire_not_after",
+    "expired_leases",
+    "finish",
+    "finish_and_claim",
+    "insert_job",
+    "insert_job_batch",
+    "notify_workers",
+    "release_continuations",
+    "renew_leases",
+    "settle_orphaned_continuations",
+]
+
+_ENGINES = {e.vendor: e for e in (PostgresEngine(), SQLiteEngine())}
+
+
+def engine() -> Engine:
+    """The engine of the default connection's database."""
+    return _ENGINES[connection.vendor]
+
+
+def insert_job(row: dict) -> None:
+    """Insert one new job, count it, and wake idle workers: one statement on PostgreSQL."""
+    engine().insert_job(row)
+
+
+def insert_job_batch(template: dict, calls) -> None:
+    """Insert many new jobs that differ only in id, args and kwargs; all or none.
+
+    `template` holds every other column of a pending row (as `insert_job` takes it); `calls`
+    are (id, args, kwargs), already checked. One transaction, one count, one wake-up.
+    """
+    engine().insert_job_batch(template, calls)
+
+
+def notify_workers() -> None:
+    """Wake idle workers (delivered at commit); nothing to do where workers poll."""
+    engine().notify_workers()
+
+
+def claim(**claim_args) -> list[Claimed]:
+    return engine().claim(**claim_args)
+
+
+def claim_one(job_id, **claim_args) -> Claimed | None:
+    return engine().claim_one(job_id, **claim_args)
+
+
+def finish(results: list[Finish]) -> list[Finish]:
+    return engine().finish(results)
+
+
+def finish_and_claim(results: list[Finish], **claim_args):
+    return engine().finish_and_claim(results, **claim_args)
+
+
+def release_continuations(parent_ids, *, cursor=None):
+    return engine().release_continuations(parent_ids, cursor=cursor)
+
+
+def cancel_continuations(parent_ids, *, cursor=None):
+    return engine().cancel_continuations(parent_ids, cursor=cursor)
+
+
+def add_counters(counts: dict[str, int], *, cursor=None) -> None:
+    engine().add_counters(counts, cursor=cursor)
+
+
+def compact_counters() -> None:
+    engine().compact_counters()
+
+
+def renew_leases(leases, lease_seconds: float) -> set:
+    return engine().renew_leases(leases, lease_seconds)
+
+
+def expired_leases(limit: int = 200, *, lock: bool = False) -> list[Expired]:
+    return engine().expired_leases(limit, lock=lock)
+
+
+def expire_not_after(limit: int = 1000):
+    return engine().expire_not_after(limit)
+
+
+def settle_orphaned_continuations(limit: int = 1000) -> int:
+    return engine().settle_orphaned_continuations(limit)

@@ -1,0 +1,86 @@
+"""The columns the engine writes by hand, derived from the models (`Job._meta`, `Attempt._meta`).
+
+A field added to `Job` is inserted by `insert_job` without touching a statement, unless only a
+later step writes it (`LATER`). The PostgreSQL types the statements cast to follow from each
+field's kind; a column's special treatment at enqueue follows from its definition: a
+`timezone.now` default is the database clock, an empty-string default turns None into "".
+"""
+
+from dataclasses import dataclass
+from functools import cache
+
+from django.db import models
+from django.utils import timezone
+
+# Written by a claim, a finish or a schedule's own insert, never by an enqueue.
+LATER = frozenset(
+    {
+        "started_at",
+        "return_value",
+        "lease_id",
+        "lease_expires_at",
+        "cancel_requested_at",
+        "schedule",
+        "scheduled_at",
+    }
+)
+# Set at enqueue only for a job enqueued already finished (a continuation of a failed parent).
+FINISHED_AT = "finished_at"
+
+PG_TYPES = {
+    "UUIDField": "uuid",
+    "CharField": "text",
+    "TextField": "text",
+    "JSONField": "jsonb",
+    "SmallIntegerField": "int",
+    "IntegerField": "int",
+    "PositiveIntegerField": "int",
+    "PositiveSmallIntegerField": "int",
+    "FloatField": "float8",
+    "DateTimeField": "timestamptz",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    pg_type: str
+    is_uuid: bool
+    is_time: bool
+    is_json: bool
+    nullable: bool
+    # The database clock when the row leaves it empty (a `timezone.now` default).
+    defaults_to_now: bool
+    # None is stored as "" (a not-null text column whose default is "").
+    empty_text: bool
+
+
+def _column(field: models.Field) -> Column:
+    target = field.target_field if field.is_relation else field
+    kind = target.get_internal_type()
+    return Column(
+        name=field.column,
+        pg_type=PG_TYPES[kind],
+        is_uuid=kind == "UUIDField",
+        is_time=kind == "DateTimeField",
+        is_json=kind == "JSONField",
+        nullable=field.null,
+        defaults_to_now=field.default is timezone.now,
+        empty_text=not field.null and field.default == "",
+    )
+
+
+@cache
+def job_inserted() -> tuple[Column, ...]:
+    """The columns of a new job row, in the model's order (the id first)."""
+    from ..models import Job
+
+    return tuple(_column(f) for f in Job._meta.concrete_fields if f.name not in LATER)
+
+
+@cache
+def attempt_row() -> tuple[str, ...]:
+    """The columns of an attempt row (all but its own key)."""
+    from ..models import Attempt
+
+    return tuple(f.column for f in Attempt._meta.concrete_fields if not f.primary_key)

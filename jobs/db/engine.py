@@ -1,0 +1,499 @@
+"""The engine interface, and every statement and rule both databases share, written once.
+
+All state changes are guarded updates: they name the states a row may be in (from
+jobs.states, never a literal) and, for a worker's writes, the `lease_id` of its claim, and
+report which rows actually changed. A row that did not change means the caller lost a race; it
+is never treated as success.
+
+A database's engine (postgres.py, sqlite.py) says how its clock, its uuids and its times are
+written, and supplies what only it does: inserting, claiming's execution, the finish statement,
+lease renewal, counter compaction, wake-ups. Everything here reads the same on both.
+"""
+
+import json
+import uuid
+from datetime import UTC, datetime
+from functools import cached_property
+
+from django.db import connection, transaction
+
+from .. import payload
+from ..states import (
+    CANCEL_OVERRIDES,
+    CLAIMABLE,
+    FAILED_ATTEMPT,
+    TERMINAL,
+    WAITING,
+    AttemptOutcome,
+    JobState,
+)
+from .columns import FINISHED_AT, Column
+from .records import Claimed, Expired, Finish
+
+JOB = "jobs_job"
+ATTEMPT = "jobs_attempt"
+COUNTER = "jobs_counterdelta"
+# Queues nobody claims from (jobs.queues); a handful of rows at most.
+PAUSED = "jobs_pausedqueue"
+
+
+def sql_in(states) -> str:
+    """A list of states as SQL literals, for `state IN (...)`."""
+    return ", ".join(f"'{s}'" for s in sorted(states))
+
+
+def sql_state(state) -> str:
+    return f"'{state}'"
+
+
+# The counters a batch of finished attempts adds to: (name, what it counts by, values counted).
+FINISH_COUNTERS = (
+    ("jobs_succeeded", "state", (JobState.SUCCEEDED,)),
+    ("jobs_failed", "outcome", tuple(FAILED_ATTEMPT)),
+    ("jobs_requeued", "state", (JobState.RETRYING,)),
+    ("jobs_dead_lettered", "state", (JobState.DEAD_LETTER,)),
+    ("jobs_recovered", "outcome", (AttemptOutcome.LOST,)),
+    ("jobs_cancelled", "state", (JobState.CANCELLED,)),
+)
+
+CLAIMED_COLUMNS = (
+    "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
+    "backend, started_at, enqueued_at, {backoff}"
+)
+
+
+def finish_counts(applied: list[Finish]) -> dict[str, int]:
+    return {
+        name: sum(1 for r in applied if getattr(r, by) in values)
+        for name, by, values in FINISH_COUNTERS
+    }
+
+
+def applied_as(r: Finish, state: str) -> Finish:
+    """The outcome as it took effect (a cancel that came in turns it into a cancellation)."""
+    if state == JobState.CANCELLED and r.state != JobState.CANCELLED:
+        r.state = JobState.CANCELLED
+        if r.outcome is not None:
+            r.outcome = AttemptOutcome.CANCELLED
+    return r
+
+
+def insert_value(column: Column, row: dict):
+    """A new job's value for `column`, as the insert statements take it."""
+    value = row.get(column.name)
+    if column.is_json:
+        return None if value is None and column.nullable else payload.dumps(value)
+    if column.empty_text:
+        return value or ""
+    return value
+
+
+def parse_uuid(value):
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+def parse_time(value):
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class Engine:
+    vendor: str
+    # The database clock, as SQL.
+    now: str
+    # A uuid parameter's placeholder.
+    uuid_param: str = "%s"
+    # Can a SELECT lock the rows it reads until the transaction ends?
+    locks_rows: bool = False
+    # Are idle workers woken by a notification (else they poll)?
+    wakes_workers: bool = False
+
+    def __init__(self):
+        self._claim_sql: dict[str, str] = {}
+
+    # --- how this database writes values --------------------------------------------------
+
+    def after(self, expr: str) -> str:
+        """now + `expr` seconds, as SQL."""
+        raise NotImplementedError
+
+    def uuid_value(self, value):
+        raise NotImplementedError
+
+    def time_value(self, value):
+        """A datetime parameter as this database stores it."""
+        return value
+
+    def as_text(self, column: str) -> str:
+        """A JSON column read as its text."""
+        return column
+
+    def skip_locked(self, lock: bool) -> str:
+        """The clause leaving rows another session holds, when `lock` asks for row locks."""
+        return ""
+
+    def notify(self, cursor) -> None:
+        """Wake idle workers (delivered at commit), on a database that `wakes_workers`."""
+        raise NotImplementedError
+
+    def notify_workers(self) -> None:
+        if self.wakes_workers:
+            with connection.cursor() as cursor:
+                self.notify(cursor)
+
+    # --- claim ------------------------------------------------------------------------------
+
+    def claimed_columns(self) -> str:
+        return CLAIMED_COLUMNS.format(
+            args=self.as_text("args"),
+            kwargs=self.as_text("kwargs"),
+            backoff=self.as_text("backoff"),
+        )
+
+    def claim_sets(self) -> str:
+        """The assignments of a claim: running, one more attempt, a fresh lease."""
+        return (
+            f"state = {sql_state(JobState.RUNNING)}, attempt = attempt + 1, "
+            f"lease_id = {self.uuid_param}, "
+            f"lease_expires_at = {self.after('%s')}, started_at = {self.now}, worker_id = %s"
+        )
+
+    def claim_sql(self, queue_filter: str) -> str:
+        """Claim up to LIMIT due jobs in priority order (the text, built once per filter)."""
+        try:
+            return self._claim_sql[queue_filter]
+        except KeyError:
+            sql = self._claim_sql[queue_filter] = self.build_claim_sql(queue_filter)
+            return sql
+
+    def build_claim_sql(self, queue_filter: str) -> str:
+        return f"""
+        UPDATE {JOB} SET {self.claim_sets()}
+        WHERE id IN (
+            SELECT id FROM {JOB}
+            WHERE state IN ({sql_in(CLAIMABLE)}) AND run_after <= {self.now}
+              AND attempt < max_attempts
+              AND (not_after IS NULL OR not_after > {self.now}) {queue_filter}
+              AND queue_name NOT IN (SELECT name FROM {PAUSED})
+            ORDER BY priority DESC, run_after
+            LIMIT %s {self.skip_locked(True)}
+        )
+        RETURNING {self.claimed_columns()}
+    """
+
+    def claimed_from_row(self, r, lease_id) -> Claimed:
+        """A row of CLAIMED_COLUMNS as a Claimed."""
+        return Claimed(
+            id=parse_uuid(r[0]),
+            lease_id=lease_id,
+            task_path=r[1],
+            args_json=r[2],
+            kwargs_json=r[3],
+            attempt=r[4],
+            max_attempts=r[5],
+            timeout=r[6],
+            queue_name=r[7],
+            priority=r[8],
+            backend=r[9],
+            started_at=parse_time(r[10]),
+            enqueued_at=parse_time(r[11]),
+            backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
+        )
+
+    def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
+        """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
+        lease_id = uuid.uuid4()
+        queue_filter, queue_params = self.queue_filter(queues)
+        params = [self.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
+        rows = self.run_claim(self.claim_sql(queue_filter), params)
+        claimed = [self.claimed_from_row(r, lease_id) for r in rows]
+        claimed.sort(key=lambda c: -c.priority)
+        return claimed
+
+    def queue_filter(self, queues) -> tuple[str, list]:
+        if not queues:
+            return "", []
+        return f"AND queue_name IN ({', '.join(['%s'] * len(queues))})", list(queues)
+
+    def run_claim(self, sql: str, params: list) -> list:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    @cached_property
+    def claim_one_sql(self) -> str:
+        return f"""
+            UPDATE {JOB} SET {self.claim_sets()}
+            WHERE id = {self.uuid_param} AND state IN ({sql_in(CLAIMABLE)})
+              AND attempt < max_attempts
+            RETURNING {self.claimed_columns()}
+        """
+
+    def claim_one(self, job_id, *, worker_id: str, lease_seconds: float) -> Claimed | None:
+        """Claim one specific due job (the eager backend runs jobs this way)."""
+        lease_id = uuid.uuid4()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                self.claim_one_sql,
+                [self.uuid_value(lease_id), lease_seconds, worker_id, self.uuid_value(job_id)],
+            )
+            r = cursor.fetchone()
+        return None if r is None else self.claimed_from_row(r, lease_id)
+
+    # --- finish -----------------------------------------------------------------------------
+
+    def set_outcome_sql(self, running: str) -> str:
+        """The SET clause applying row v of outcomes to the job (`running`: the state guard).
+
+        Every expression reads the row as it was before the update, in both databases.
+        """
+        # A running job whose cancel was requested ends cancelled however its attempt ended
+        # (CANCEL_OVERRIDES); only the row knows whether a cancel came in, so it is decided here.
+        state = (
+            f"(CASE WHEN {JOB}.cancel_requested_at IS NOT NULL "
+            f"AND v.new_state IN ({sql_in(CANCEL_OVERRIDES)}) "
+            f"THEN {sql_state(JobState.CANCELLED)} ELSE v.new_state END)"
+        )
+        terminal = f"{state} IN ({sql_in(TERMINAL)})"
+        has_error = "v.error_type <> ''"
+        pending = sql_state(JobState.PENDING)
+        cancelled = sql_state(JobState.CANCELLED)
+        return f"""
+            state = {state},
+            finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
+            return_value = CASE WHEN v.new_state = {sql_state(JobState.SUCCEEDED)}
+                                THEN v.return_value ELSE {JOB}.return_value END,
+            run_after = CASE WHEN {state} = {sql_state(JobState.RETRYING)}
+                             THEN {self.after("v.delay")} ELSE {JOB}.run_after END,
+            attempt = CASE WHEN v.new_state = {pending} THEN {JOB}.attempt - 1
+                           ELSE {JOB}.attempt END,
+            started_at = CASE WHEN v.new_state = {pending} AND {JOB}.attempt = 1 THEN NULL
+                              ELSE {JOB}.started_at END,
+            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < 100
+                                THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
+            dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
+                                      THEN v.reason ELSE '' END,
+            error_type = CASE WHEN {has_error} THEN v.error_type
+                              WHEN {state} = {cancelled} THEN 'JobCancelled'
+                              ELSE {JOB}.error_type END,
+            error_message = CASE WHEN {has_error} THEN v.error_message
+                                 WHEN {state} = {cancelled} THEN 'cancelled by an operator'
+                                 ELSE {JOB}.error_message END,
+            error_traceback = CASE WHEN {has_error} THEN v.error_traceback
+                                   ELSE {JOB}.error_traceback END,
+            lease_id = NULL,
+            lease_expires_at = NULL,
+            cancel_requested_at = CASE WHEN {terminal} THEN {JOB}.cancel_requested_at
+                                       ELSE NULL END
+        FROM v
+        WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = {running}
+          AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {self.now})
+    """
+
+    def finish(self, results: list[Finish]) -> list[Finish]:
+        """Apply the outcomes whose lease still holds; return those that took effect.
+
+        One transaction: the guarded job update, the attempt rows, the continuations of jobs
+        that became terminal, and the counters.
+        """
+        if not results:
+            return []
+        applied: list[Finish] = []
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            for chunk_start in range(0, len(results), 1000):
+                chunk = results[chunk_start : chunk_start + 1000]
+                applied.extend(self.finish_chunk(cursor, chunk))
+            if applied:
+                self.after_finish(cursor, applied)
+        return applied
+
+    def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
+        raise NotImplementedError
+
+    def after_finish(self, cursor, applied: list[Finish]) -> None:
+        """What the finish statement left to do for the outcomes that took effect."""
+        ended_badly = [
+            r.job_id for r in applied if r.state in (JobState.DEAD_LETTER, JobState.CANCELLED)
+        ]
+        if ended_badly:
+            self.cancel_continuations(ended_badly, cursor=cursor)
+
+    def finish_and_claim(self, results: list[Finish], **claim_args):
+        """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""
+        wants_claim = claim_args.get("limit", 0) > 0
+        if not results:
+            # One statement commits by itself: no BEGIN/COMMIT round trips on the wake-up path.
+            return [], self.claim(**claim_args) if wants_claim else []
+        with transaction.atomic(savepoint=False):
+            applied = self.finish(results)
+            claimed = self.claim(**claim_args) if wants_claim else []
+        return applied, claimed
+
+    # --- continuations and counters ----------------------------------------------------------
+
+    def release_sets(self) -> str:
+        """A continuation whose parent succeeded is due now."""
+        return f"state = {sql_state(JobState.PENDING)}, run_after = {self.now}"
+
+    def release_continuations(self, parent_ids, *, cursor=None):
+        """Continuations of parents that succeeded become pending (due now)."""
+        return self._update_children(parent_ids, self.release_sets(), cursor=cursor, notify=True)
+
+    def cancel_continuations(self, parent_ids, *, cursor=None):
+        """Continuations of parents that ended unsuccessfully are cancelled, recursively.
+
+        Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended
+        the parent.
+        """
+        total = 0
+        frontier = list(parent_ids)
+        while frontier:
+            cancelled = self._update_children(
+                frontier,
+                f"state = {sql_state(JobState.CANCELLED)}, finished_at = {self.now}, "
+                "error_type = 'ParentFailed', error_message = 'its parent job did not succeed'",
+                cursor=cursor,
+            )
+            total += len(cancelled)
+            frontier = cancelled
+        self.add_counters({"jobs_cancelled": total}, cursor=cursor)
+        return total
+
+    def _update_children(self, parent_ids, assignments, *, cursor=None, notify=False):
+        ids = [self.uuid_value(i) for i in parent_ids]
+        sql = (
+            f"UPDATE {JOB} SET {assignments} WHERE state = {sql_state(JobState.SCHEDULED)} "
+            f"AND parent_id IN ({', '.join([self.uuid_param] * len(ids))}) RETURNING id"
+        )
+
+        def run(c):
+            c.execute(sql, ids)
+            changed = [parse_uuid(r[0]) for r in c.fetchall()]
+            if notify and changed and self.wakes_workers:
+                self.notify(c)
+            return changed
+
+        if cursor is not None:
+            return run(cursor)
+        with connection.cursor() as c:
+            return run(c)
+
+    def add_counters(self, counts: dict[str, int], *, cursor=None):
+        rows = [(name, n) for name, n in counts.items() if n]
+        if not rows:
+            return
+        sql = f"INSERT INTO {COUNTER} (name, value) VALUES " + ", ".join(["(%s, %s)"] * len(rows))
+        params = [x for row in rows for x in row]
+        if cursor is not None:
+            cursor.execute(sql, params)
+        else:
+            with connection.cursor() as c:
+                c.execute(sql, params)
+
+    def compact_counters(self) -> None:
+        """Fold the counter increments into one row per name.
+
+        Safe with any number of workers doing it at once (see each engine's fold_counters).
+        """
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT name, count(*) FROM {COUNTER} GROUP BY name")
+            if all(count <= 1 for _, count in cursor.fetchall()):
+                return
+            self.fold_counters(cursor)
+
+    def fold_counters(self, cursor) -> None:
+        raise NotImplementedError
+
+    # --- enqueue ------------------------------------------------------------------------------
+
+    def finished_at_value(self, column: Column, row: dict):
+        """A new job is finished at enqueue only when it is enqueued in a terminal state."""
+        return column.name == FINISHED_AT and row["state"] in TERMINAL
+
+    def insert_job(self, row: dict) -> None:
+        raise NotImplementedError
+
+    def insert_job_batch(self, template: dict, calls) -> None:
+        raise NotImplementedError
+
+    # --- heartbeat, recovery, expiry ---------------------------------------------------------
+
+    def renew_leases(self, leases, lease_seconds: float) -> set:
+        """Extend the leases this worker still holds; returns the job ids whose lease held."""
+        if not leases:
+            return set()
+        return self.extend_leases(leases, lease_seconds)
+
+    def extend_leases(self, leases, lease_seconds: float) -> set:
+        raise NotImplementedError
+
+    def expired_leases(self, limit: int = 200, *, lock: bool = False) -> list[Expired]:
+        """Running jobs whose lease ran out (their worker died, stalled or was cut off).
+
+        With `lock` (inside a transaction), the rows are locked for the caller, and rows another
+        session holds — a stalled worker half-way through recording them — are left for a later
+        round: waiting for that session would stall the caller too.
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, lease_id, task_path, backend, attempt, max_attempts, worker_id, "
+                f"started_at, {self.as_text('backoff')} FROM {JOB} "
+                f"WHERE state = {sql_state(JobState.RUNNING)} AND lease_expires_at < {self.now} "
+                f"ORDER BY lease_expires_at LIMIT %s{self.skip_locked(lock)}",
+                [limit],
+            )
+            rows = cursor.fetchall()
+        return [
+            Expired(
+                parse_uuid(r[0]),
+                parse_uuid(r[1]),
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                parse_time(r[7]),
+                json.loads(r[8]) if r[8] else None,
+            )
+            for r in rows
+        ]
+
+    def expire_not_after(self, limit: int = 1000) -> list[uuid.UUID]:
+        """Cancel jobs not started by their not_after; their continuations are cancelled too."""
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
+                f"finished_at = {self.now}, "
+                f"error_type = 'Expired', error_message = 'not started before not_after' "
+                f"WHERE id IN (SELECT id FROM {JOB} WHERE state IN ({sql_in(WAITING)}) "
+                f"AND not_after IS NOT NULL AND not_after <= {self.now} LIMIT %s) "
+                f"RETURNING id",
+                [limit],
+            )
+            expired = [parse_uuid(r[0]) for r in cursor.fetchall()]
+            if expired:
+                self.cancel_continuations(expired, cursor=cursor)
+                self.add_counters({"jobs_cancelled": len(expired)}, cursor=cursor)
+        return expired
+
+    def settle_orphaned_continuations(self, limit: int = 1000) -> int:
+        """Safety net: continuations whose parent already ended (enqueued in a race with it)."""
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT c.parent_id, p.state FROM {JOB} c JOIN {JOB} p ON p.id = c.parent_id "
+                f"WHERE c.state = {sql_state(JobState.SCHEDULED)} "
+                f"AND p.state IN ({sql_in(TERMINAL)}) LIMIT %s",
+                [limit],
+            )
+            rows = cursor.fetchall()
+            done = {parse_uuid(p) for p, s in rows if s == JobState.SUCCEEDED}
+            failed = {parse_uuid(p) for p, s in rows if s != JobState.SUCCEEDED}
+            n = 0
+            if done:
+                n += len(self.release_continuations(list(done), cursor=cursor))
+            if failed:
+                n += self.cancel_continuations(list(failed), cursor=cursor)
+        return n

@@ -1,0 +1,341 @@
+"""The PostgreSQL engine: COPY, SKIP LOCKED, the one-statement finish, prepared statements, NOTIFY.
+
+Times come from the server's clock (`now()`, the transaction's start). Claims lock their rows
+with `FOR UPDATE SKIP LOCKED`, so workers never wait on each other. The hot statements (insert,
+claim, finish) have a constant text whatever the batch size (arrays or one JSON document in),
+and go through a psycopg cursor that prepares them once per connection and binds parameters on
+the server. A finish is one statement: the guarded job update, the attempt rows, the released
+continuations, the counters and the wake-up. Idle workers LISTEN on NOTIFY_CHANNEL; every
+statement that makes a job due sends one NOTIFY (ids never in the payload).
+"""
+
+import json
+import uuid
+from datetime import datetime
+from functools import cached_property
+
+from django.db import connection, transaction
+
+from .. import payload
+from ..states import TERMINAL, AttemptOutcome, JobState
+from .columns import FINISHED_AT, attempt_row, job_inserted
+from .engine import (
+    ATTEMPT,
+    COUNTER,
+    FINISH_COUNTERS,
+    JOB,
+    Engine,
+    applied_as,
+    insert_value,
+    sql_in,
+    sql_state,
+)
+from .records import Finish
+
+NOTIFY_CHANNEL = "jobsite_jobs"
+NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')"
+
+# A prepare threshold no statement reaches by repetition: only `prepare=True` prepares.
+ONLY_WHEN_ASKED = 2**31 - 1
+
+
+class BoundCursor:
+    """A psycopg cursor with server-side binding for the hot statements.
+
+    Django's own cursors interpolate on the client. Errors come out as Django's database
+    exceptions, like any other query.
+
+    Django turns psycopg's prepared statements off (`prepare_threshold` None) for the sake of
+    connection poolers, and psycopg then ignores `prepare=True`; planning the hot statements
+    afresh costs more than running them. So, unless the project's DATABASES OPTIONS name
+    `prepare_threshold` themselves, the threshold is raised to "never automatically": only
+    these explicitly marked statements are prepared. Behind a transaction-mode pooler without
+    prepared-statement support, set OPTIONS `"prepare_threshold": None` to keep them off.
+    """
+
+    def __enter__(self):
+        import psycopg
+
+        connection.ensure_connection()
+        self._wrap = connection.wrap_database_errors
+        self._wrap.__enter__()
+        raw = connection.connection
+        if (
+            raw.prepare_threshold is None
+            and "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
+        ):
+            raw.prepare_threshold = ONLY_WHEN_ASKED
+        self.cursor = psycopg.Cursor(raw)
+        return self.cursor
+
+    def __exit__(self, *exc):
+        try:
+            self.cursor.close()
+        except Exception:  # closing on a dead connection fails too; the
+            pass  # error that matters is the one in flight, which the wrapper re-raises
+        return self._wrap.__exit__(*exc)
+
+
+# The outcome columns the finish statement reads from its one JSON parameter, with their types:
+# Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own.
+FINISH_FIELDS = (
+    ("job_id", "uuid"),
+    ("lease_id", "uuid"),
+    ("new_state", "text"),
+    ("return_json", "text"),
+    ("delay", "float8"),
+    ("reason", "text"),
+    ("error_type", "text"),
+    ("error_message", "text"),
+    ("error_traceback", "text"),
+    ("only_if_expired", "int"),
+    ("raise_max", "int"),
+    ("outcome", "text"),
+    ("worker_id", "text"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+)
+
+
+class PostgresEngine(Engine):
+    vendor = "postgresql"
+    now = "now()"
+    uuid_param = "%s::uuid"
+    locks_rows = True
+    wakes_workers = True
+
+    def after(self, expr):
+        return f"now() + ({expr}) * interval '1 second'"
+
+    def uuid_value(self, value):
+        if value is None or isinstance(value, uuid.UUID):
+            return value
+        return uuid.UUID(str(value))
+
+    def as_text(self, column):
+        return f"{column}::text"
+
+    def skip_locked(self, lock):
+        return " FOR UPDATE SKIP LOCKED" if lock else ""
+
+    def notify(self, cursor):
+        cursor.execute(NOTIFY)
+
+    # --- enqueue ------------------------------------------------------------------------------
+
+    @cached_property
+    def insert_one_sql(self) -> str:
+        """One job: one statement of constant text that inserts it, counts it, wakes workers."""
+        inserted = job_inserted()
+        names = ", ".join(c.name for c in inserted)
+        select = ", ".join(
+            f"CASE WHEN v.state IN ({sql_in(TERMINAL)}) THEN now() END"
+            if c.name == FINISHED_AT
+            else f"COALESCE(v.{c.name}, now())"
+            if c.defaults_to_now
+            else f"v.{c.name}"
+            for c in inserted
+        )
+        return f"""
+    WITH v({names}) AS (
+        VALUES ({", ".join(f"%s::{c.pg_type}" for c in inserted)})
+    ),
+    ins AS (
+        INSERT INTO {JOB} ({names}) SELECT {select} FROM v
+        RETURNING 1
+    ),
+    cnt AS (INSERT INTO {COUNTER} (name, value) SELECT 'jobs_enqueued', count(*) FROM ins)
+    {NOTIFY}
+"""
+
+    count_and_notify_sql = f"""
+    WITH cnt AS (INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s))
+    {NOTIFY}
+"""
+
+    def insert_job(self, row: dict) -> None:
+        """`row` carries already-validated values; `run_after` None means now."""
+        values = [insert_value(c, row) for c in job_inserted()]
+        with BoundCursor() as cursor:
+            cursor.execute(self.insert_one_sql, values, prepare=True)
+
+    def insert_job_batch(self, template: dict, calls) -> None:
+        """The rows stream in through COPY, formatted here: only id, args and kwargs differ."""
+        if not calls:
+            return
+        inserted = job_inserted()
+        with transaction.atomic(), BoundCursor() as cursor:
+            # The transaction's now(), as the single-row statement would have used.
+            now = cursor.execute("SELECT now()").fetchone()[0]
+            shared = {**template}
+            for column in inserted:
+                if column.defaults_to_now and shared.get(column.name) is None:
+                    shared[column.name] = now
+            if shared["state"] in TERMINAL:
+                shared[FINISHED_AT] = now
+            varying = {"id": "{0}", "args": "{1}", "kwargs": "{2}"}
+            line = (
+                "\t".join(
+                    varying.get(c.name)
+                    or _copy_text(insert_value(c, shared)).replace("{", "{{").replace("}", "}}")
+                    for c in inserted
+                )
+                + "\n"
+            ).format
+            text = _copy_json
+            names = ", ".join(c.name for c in inserted)
+            with cursor.copy(f"COPY {JOB} ({names}) FROM STDIN") as copy:
+                for start in range(0, len(calls), 2000):
+                    copy.write(
+                        "".join(
+                            line(i, text(a), text(k)) for i, a, k in calls[start : start + 2000]
+                        )
+                    )
+            cursor.execute(self.count_and_notify_sql, [len(calls)], prepare=True)
+
+    # --- claim --------------------------------------------------------------------------------
+
+    def queue_filter(self, queues):
+        # One array parameter, so the text stays the same for any queue list.
+        if not queues:
+            return "", []
+        return "AND queue_name = ANY(%s::text[])", [list(queues)]
+
+    def run_claim(self, sql, params):
+        with BoundCursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchall()
+
+    # --- finish -------------------------------------------------------------------------------
+
+    @cached_property
+    def finish_sql(self) -> str:
+        """One statement of constant text whatever the batch size.
+
+        The outcomes arrive as one JSON document (encoded in C by the json module; fifteen
+        parameter arrays cost far more to adapt).
+        """
+        attempt_exprs = {
+            "started_at": "COALESCE(started_at, claimed_at)",
+            "finished_at": "COALESCE(finished_at, now())",
+            "outcome": "attempt_outcome",
+        }
+        attempt_names = attempt_row()
+        by = {"state": "final_state", "outcome": "attempt_outcome"}
+        counts = ",\n".join(
+            f"count(*) FILTER (WHERE {by[kind]} IN ({sql_in(values)})) AS n{i}"
+            for i, (_, kind, values) in enumerate(FINISH_COUNTERS)
+        )
+        named = ", ".join(f"('{name}', a.n{i})" for i, (name, _, _) in enumerate(FINISH_COUNTERS))
+        cancelled = sql_state(JobState.CANCELLED)
+        # The state guard compares with a column of v, not a literal: given a literal, the
+        # planner may scan every running job (all workers' prefetched ones, and their dead
+        # versions) instead of looking up each outcome's row by its primary key.
+        return f"""
+    WITH v AS (
+        SELECT r.*, r.return_json::jsonb AS return_value,
+               {sql_state(JobState.RUNNING)}::text AS running
+        FROM json_to_recordset(%s::json)
+            AS r({", ".join(f"{name} {kind}" for name, kind in FINISH_FIELDS)})
+    ),
+    upd AS (
+        UPDATE {JOB} SET {self.set_outcome_sql(running="v.running")}
+        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+    ),
+    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at,
+                    upd.state AS final_state,
+                    CASE WHEN upd.state = {cancelled} AND v.new_state <> {cancelled}
+                         THEN '{AttemptOutcome.CANCELLED}' ELSE v.outcome END AS attempt_outcome
+             FROM upd JOIN v ON v.job_id = upd.id),
+    att AS (
+        INSERT INTO {ATTEMPT} ({", ".join(attempt_names)})
+        SELECT {", ".join(attempt_exprs.get(n, n) for n in attempt_names)}
+        FROM done WHERE outcome IS NOT NULL
+    ),
+    rel AS (
+        UPDATE {JOB} c SET {self.release_sets()}
+        FROM done WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
+          AND c.parent_id = done.job_id AND c.state = {sql_state(JobState.SCHEDULED)}
+        RETURNING c.id
+    ),
+    cnt AS (
+        INSERT INTO {COUNTER} (name, value)
+        SELECT x.name, x.n FROM (SELECT {counts} FROM done) a,
+            LATERAL (VALUES {named}) x(name, n)
+        WHERE x.n > 0
+    ),
+    -- Released continuations are due now: wake idle workers (delivered at commit).
+    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '') FROM (SELECT 1 FROM rel LIMIT 1) AS any_rel)
+    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken FROM done
+"""
+
+    def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
+        with BoundCursor() as bound:
+            bound.execute(self.finish_sql, [_finish_document(chunk)], prepare=True)
+            rows = bound.fetchall()
+        changed = {row[0]: row[1] for row in rows}
+        return [applied_as(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
+
+    # --- heartbeat, counters ------------------------------------------------------------------
+
+    def extend_leases(self, leases, lease_seconds: float) -> set:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {JOB} SET lease_expires_at = {self.after('%s')} "
+                f"FROM unnest(%s::uuid[], %s::uuid[]) AS v(job_id, lease_id) "
+                f"WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id "
+                f"AND {JOB}.state = {sql_state(JobState.RUNNING)} RETURNING {JOB}.id",
+                [lease_seconds, [j for j, _ in leases], [lease for _, lease in leases]],
+            )
+            return {r[0] for r in cursor.fetchall()}
+
+    def fold_counters(self, cursor) -> None:
+        # The totals put back are summed from exactly the rows this statement deleted, so
+        # concurrent compactions and increments lose nothing.
+        cursor.execute(
+            f"WITH gone AS (DELETE FROM {COUNTER} RETURNING name, value) "
+            f"INSERT INTO {COUNTER} (name, value) "
+            f"SELECT name, sum(value) FROM gone GROUP BY name"
+        )
+
+
+def _finish_document(chunk: list[Finish]) -> str:
+    names = [name for name, _ in FINISH_FIELDS]
+    rows = []
+    for r in chunk:
+        job_id, lease_id, *rest = r.values()
+        rows.append(
+            dict(
+                zip(
+                    names,
+                    (
+                        str(job_id),
+                        str(lease_id),
+                        *rest,
+                        r.outcome,
+                        r.worker_id,
+                        r.started_at.isoformat() if r.started_at else None,
+                        r.finished_at.isoformat() if r.finished_at else None,
+                    ),
+                    strict=True,
+                )
+            )
+        )
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def _copy_json(value) -> str:
+    """A JSON value in COPY's text format: JSON has no raw tab or newline, so only \\ doubles."""
+    return payload.dumps(value).replace("\\", "\\\\")
+
+
+def _copy_text(value) -> str:
+    """One value in COPY's text format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    text = str(value)
+    for raw, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        text = text.replace(raw, escaped)
+    return text

@@ -1,0 +1,119 @@
+"""The values that cross the engine's interface: a claimed job, an attempt's outcome, a lost one.
+
+Plain records, the same for every database; the engines turn them into statement parameters.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A job a worker has claimed, with everything needed to run it."""
+
+    id: uuid.UUID
+    lease_id: uuid.UUID
+    task_path: str
+    args_json: str
+    kwargs_json: str
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    queue_name: str
+    priority: int
+    backend: str
+    started_at: datetime | None = None
+    enqueued_at: datetime | None = None
+    # A per-call backoff policy (jobs.retry.policy_to_json); None: the task's own.
+    backoff: dict | None = None
+    # Set by the worker: when the attempt actually began in an executor (monotonic clock).
+    began: float | None = field(default=None, compare=False)
+    # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
+    lease_until: float = field(default=0.0, compare=False)
+
+
+@dataclass(slots=True, kw_only=True)
+class Finish:
+    """How one claimed attempt ended, as decided by the worker (or by recovery)."""
+
+    job_id: uuid.UUID
+    lease_id: uuid.UUID
+    state: str  # succeeded, retrying, dead_letter, cancelled, or pending (released unstarted)
+    outcome: str | None  # the Attempt outcome; None when released unstarted (no attempt ran)
+    worker_id: str = ""
+    return_json: str | None = None
+    delay: float = 0.0  # seconds until the next attempt, for retrying
+    reason: str = ""  # dead_letter_reason
+    error_type: str = ""
+    error_message: str = ""
+    error_traceback: str = ""
+    started_at: datetime | None = None  # wall clock of the attempt, as the executor saw it
+    finished_at: datetime | None = None
+    # Recovery only: change the row only if its lease has really expired.
+    only_if_expired: bool = False
+    # Set for an attempt handed back at shutdown when it was the last allowed one.
+    raise_max_attempts: bool = False
+
+    def values(self) -> tuple:
+        """The outcome as both engines' finish statements take it (OUTCOME_COLUMNS)."""
+        return (
+            self.job_id,
+            self.lease_id,
+            self.state,
+            self.return_json,
+            float(self.delay or 0),
+            self.reason,
+            self.error_type[:255],
+            self.error_message,
+            self.error_traceback,
+            1 if self.only_if_expired else 0,
+            1 if self.raise_max_attempts else 0,
+        )
+
+
+# The columns of Finish.values(), as the finish statements name them.
+OUTCOME_COLUMNS = (
+    "job_id",
+    "lease_id",
+    "new_state",
+    "return_value",
+    "delay",
+    "reason",
+    "error_type",
+    "error_message",
+    "error_traceback",
+    "only_if_expired",
+    "raise_max",
+)
+
+
+@dataclass(slots=True)
+class Expired:
+    id: uuid.UUID
+    lease_id: uuid.UUID
+    task_path: str
+    backend: str
+    attempt: int
+    max_attempts: int
+    worker_id: str
+    started_at: datetime | None
+    backoff: dict | None = None
+
+    def as_claimed(self) -> Claimed:
+        """The claim the lost worker held, for the retry decision and its fencing."""
+        return Claimed(
+            id=self.id,
+            lease_id=self.lease_id,
+            task_path=self.task_path,
+            args_json="",
+            kwargs_json="",
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            timeout=None,
+            queue_name="",
+            priority=0,
+            backend=self.backend,
+            started_at=self.started_at,
+            backoff=self.backoff,
+        )

@@ -1,0 +1,204 @@
+"""The SQLite engine: its clock functions and its statements.
+
+SQLite has no server clock: `jobsite_now()` and `jobsite_after(seconds)`, registered on every
+connection, read the machine's (one machine, so one clock). Django stores SQLite datetimes as
+str() of the naive UTC value (no fraction when the microseconds are 0); these write exactly that,
+so text comparisons agree with Django's. Uuids are stored as 32 hex digits.
+
+There is no row locking: write transactions take the database's write lock at BEGIN
+(`BEGIN IMMEDIATE`), so a claim, a finish or a compaction never interleaves with another. A
+finish is three steps in its transaction (the guarded update, the attempt rows, then the
+continuations and counters); there are no wake-ups, workers poll.
+"""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+
+from django.db import connection, transaction
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
+
+from ..states import JobState
+from .columns import FINISHED_AT, attempt_row, job_inserted
+from .engine import (
+    ATTEMPT,
+    COUNTER,
+    JOB,
+    Engine,
+    applied_as,
+    finish_counts,
+    insert_value,
+    parse_time,
+    parse_uuid,
+    sql_state,
+)
+from .records import OUTCOME_COLUMNS, Finish
+
+
+def _sqlite_now() -> str:
+    return str(datetime.now(UTC).replace(tzinfo=None))
+
+
+def _sqlite_after(seconds) -> str:
+    return str(datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=float(seconds or 0)))
+
+
+@receiver(connection_created)
+def _register_sqlite_clock(sender, connection, **kwargs):
+    if connection.vendor == "sqlite":
+        connection.connection.create_function("jobsite_now", 0, _sqlite_now)
+        connection.connection.create_function("jobsite_after", 1, _sqlite_after)
+
+
+class SQLiteEngine(Engine):
+    vendor = "sqlite"
+    now = "jobsite_now()"
+
+    def after(self, expr):
+        return f"jobsite_after({expr})"
+
+    def uuid_value(self, value):
+        if value is None:
+            return None
+        return (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).hex
+
+    def time_value(self, value):
+        """Naive UTC text, as Django stores it."""
+        if value is None:
+            return value
+        if value.tzinfo:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return str(value)
+
+    # --- enqueue ------------------------------------------------------------------------------
+
+    def insert_job(self, row: dict) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            self._insert(cursor, [row])
+            self.add_counters({"jobs_enqueued": 1}, cursor=cursor)
+
+    def insert_job_batch(self, template: dict, calls) -> None:
+        if not calls:
+            return
+        with transaction.atomic(), connection.cursor() as cursor:
+            for start in range(0, len(calls), 1000):  # within SQLite's parameter limit
+                rows = [
+                    {**template, "id": i, "args": a, "kwargs": k}
+                    for i, a, k in calls[start : start + 1000]
+                ]
+                self._insert(cursor, rows)
+            self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
+
+    def _insert(self, cursor, rows: list[dict]) -> None:
+        inserted = job_inserted()
+        values, params = [], []
+        for row in rows:
+            placeholders = []
+            for column in inserted:
+                value = insert_value(column, row)
+                if column.name == FINISHED_AT:
+                    placeholders.append(f"CASE WHEN %s THEN {self.now} ELSE NULL END")
+                    params.append(self.finished_at_value(column, row))
+                elif column.defaults_to_now:
+                    placeholders.append(f"COALESCE(%s, {self.now})")
+                    params.append(self.time_value(value))
+                else:
+                    placeholders.append("%s")
+                    params.append(
+                        self.uuid_value(value)
+                        if column.is_uuid
+                        else self.time_value(value)
+                        if column.is_time
+                        else value
+                    )
+            values.append("(" + ", ".join(placeholders) + ")")
+        names = ", ".join(c.name for c in inserted)
+        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join(values)}", params)
+
+    # --- finish -------------------------------------------------------------------------------
+
+    @cached_property
+    def set_outcome(self) -> str:
+        return self.set_outcome_sql(running=sql_state(JobState.RUNNING))
+
+    def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
+        rows, params = [], []
+        for r in chunk:
+            rows.append("(" + ", ".join(["%s"] * len(OUTCOME_COLUMNS)) + ")")
+            job_id, lease_id, *rest = r.values()
+            params += [self.uuid_value(job_id), self.uuid_value(lease_id), *rest]
+        sql = f"""
+            WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {", ".join(rows)})
+            UPDATE {JOB} SET {self.set_outcome}
+            RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+        """
+        cursor.execute(sql, params)
+        changed = {parse_uuid(r[0]): (r[1], parse_time(r[2]), r[3]) for r in cursor.fetchall()}
+        applied = []
+        for r in chunk:
+            if r.job_id in changed:
+                attempt, started_at, state = changed[r.job_id]
+                r.started_at = r.started_at or started_at
+                applied.append((applied_as(r, state), attempt))
+        self._insert_attempts(cursor, applied)
+        return [r for r, _ in applied]
+
+    def _insert_attempts(self, cursor, applied):
+        names = attempt_row()
+        rows, params = [], []
+        for r, number in applied:
+            if r.outcome is None:
+                continue  # released unstarted: no attempt ran
+            # For a release the counter went back; every other outcome keeps the claimed number.
+            values = {
+                "job_id": self.uuid_value(r.job_id),
+                "number": number,
+                "worker_id": r.worker_id,
+                "started_at": self.time_value(r.started_at),
+                "finished_at": self.time_value(r.finished_at),
+                "outcome": r.outcome,
+                "error_type": r.error_type[:255],
+                "error_message": r.error_message,
+                "error_traceback": r.error_traceback,
+            }
+            placeholders = {"finished_at": f"COALESCE(%s, {self.now})"}
+            rows.append("(" + ", ".join(placeholders.get(n, "%s") for n in names) + ")")
+            params += [values[n] for n in names]
+        if rows:
+            cursor.execute(
+                f"INSERT INTO {ATTEMPT} ({', '.join(names)}) VALUES {', '.join(rows)}", params
+            )
+
+    def after_finish(self, cursor, applied: list[Finish]) -> None:
+        succeeded = [r.job_id for r in applied if r.state == JobState.SUCCEEDED]
+        if succeeded:
+            self.release_continuations(succeeded, cursor=cursor)
+        super().after_finish(cursor, applied)
+        self.add_counters(finish_counts(applied), cursor=cursor)
+
+    # --- heartbeat, counters ------------------------------------------------------------------
+
+    def extend_leases(self, leases, lease_seconds: float) -> set:
+        held = set()
+        with connection.cursor() as cursor:
+            for start in range(0, len(leases), 500):
+                chunk = leases[start : start + 500]
+                rows = ", ".join(["(%s, %s)"] * len(chunk))
+                params = [self.uuid_value(x) for pair in chunk for x in pair]
+                cursor.execute(
+                    f"WITH v (job_id, lease_id) AS (VALUES {rows}) "
+                    f"UPDATE {JOB} SET lease_expires_at = {self.after('%s')} FROM v "
+                    f"WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id "
+                    f"AND {JOB}.state = {sql_state(JobState.RUNNING)} RETURNING {JOB}.id",
+                    [*params, lease_seconds],
+                )
+                held.update(parse_uuid(r[0]) for r in cursor.fetchall())
+        return held
+
+    def fold_counters(self, cursor) -> None:
+        # The write lock is taken at BEGIN: no other compaction or increment interleaves.
+        cursor.execute(f"SELECT name, sum(value) FROM {COUNTER} GROUP BY name")
+        totals = cursor.fetchall()
+        cursor.execute(f"DELETE FROM {COUNTER}")
+        cursor.executemany(f"INSERT INTO {COUNTER} (name, value) VALUES (%s, %s)", totals)

@@ -1,0 +1,109 @@
+"""The dispatcher (jobs.pool.Dispatcher): which executor a claimed job goes to, or none.
+
+The executors are the real `Executor` bookkeeping without a child process behind them: what
+is sent lands in a pipe nobody reads, which is all the dispatcher sees of a child anyway.
+"""
+
+import pytest
+
+from jobs.pool import IDLE, PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher, Executor, mp_context
+from tests.factories import make_claimed
+
+SHORT = "tests.tasks.add"
+LONG = "tests.tasks.sleepy"
+
+
+@pytest.fixture
+def executors():
+    made = []
+
+    def make(n):
+        for index in range(n):
+            e = object.__new__(Executor)
+            ctx = mp_context()
+            e.index = index
+            e.conn, e.child_end = ctx.Pipe()
+            e.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
+            e.taking = ctx.Lock()
+            e.inflight, e.estimates = {}, {}
+            e._queued, e._unknown = 0.0, 0
+            e.broken, e.completed = False, 0
+            made.append(e)
+        return made[-n:]
+
+    yield make
+    for e in made:
+        e.conn.close()
+        e.child_end.close()
+
+
+def job(task_path=SHORT):
+    return make_claimed(task_path)
+
+
+def dispatcher(executors, short_seconds=0.001):
+    d = Dispatcher(executors)
+    for _ in range(SEEN_BEFORE_SHORT):
+        d.observe(SHORT, short_seconds)
+        d.observe(LONG, 2.0)
+    d.recent = short_seconds
+    return d
+
+
+def test_a_job_goes_to_an_idle_executor_before_queuing_behind_a_busy_one(executors):
+    busy, idle = executors(2)
+    d = dispatcher([busy, idle])
+    busy.send(99, job(), 0.001)
+    d.ready.append(job())
+    assert d.dispatch() == []
+    assert len(idle.inflight) == 1 and len(busy.inflight) == 1
+
+
+def test_known_short_jobs_queue_behind_a_short_one_within_the_prefetch_budget(executors):
+    (only,) = executors(1)
+    d = dispatcher([only], short_seconds=0.001)
+    jobs = [job() for _ in range(100)]
+    d.ready.extend(jobs)
+    assert d.dispatch() == []  # what did not fit waits: the executor drains within the budget
+    sent = len(only.inflight)
+    assert 1 < sent < len(jobs)
+    assert only.queued_seconds() <= PREFETCH_BUDGET + 0.001
+    assert len(d.ready) == len(jobs) - sent
+
+
+def test_nothing_queues_behind_a_task_of_unknown_length(executors):
+    (only,) = executors(1)
+    d = dispatcher([only])
+    only.send(1, job("tests.tasks.never_seen"), None)
+    waiting = job()
+    d.ready.append(waiting)
+    assert d.dispatch() == [waiting]  # handed back, not left waiting in running
+    assert list(only.inflight) == [1]
+
+
+def test_nothing_queues_behind_a_long_task(executors):
+    (only,) = executors(1)
+    d = dispatcher([only])
+    assert d.short_estimate(LONG) is None
+    d.ready.append(job(LONG))
+    assert d.dispatch() == []
+    behind = job()
+    d.ready.append(behind)
+    assert d.dispatch() == [behind]
+
+
+def test_a_task_counts_as_short_only_once_seen_enough_times(executors):
+    d = Dispatcher(executors(1))
+    for seen in range(SEEN_BEFORE_SHORT):
+        assert d.short_estimate("tests.tasks.new") is None, seen
+        d.observe("tests.tasks.new", 0.001)
+    assert d.short_estimate("tests.tasks.new") == pytest.approx(0.001)
+
+
+def test_a_broken_executor_gets_nothing(executors):
+    broken, healthy = executors(2)
+    broken.broken = True
+    d = dispatcher([broken, healthy])
+    d.ready.append(job())
+    assert d.dispatch() == []
+    assert not broken.inflight and len(healthy.inflight) == 1
