@@ -41,3 +41,60 @@ def test_the_tasks_framework_is_imported_only_through_jobs_compat(package):
     ]
 
     assert offending == []
+
+
+def module_name(path):
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path, modules):
+    """Project modules that `path` imports when it is loaded (imports inside functions are
+    deliberate late imports and do not count)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+def test_no_import_cycle_among_the_project_modules():
+    paths = [p for package in ("jobs", "dashboard") for p in (ROOT / package).rglob("*.py")]
+    paths = [p for p in paths if "migrations" not in p.parts]
+    modules = {module_name(p): p for p in paths}
+    graph = {name: set(top_level_imports(path, modules)) for name, path in modules.items()}
+    assert graph["jobs.worker"] >= {"jobs.db", "jobs.pool"}  # the walk sees real imports
+
+    cycles = []
+    done, on_path = set(), []
+
+    def visit(name):
+        if name in on_path:
+            cycles.append(on_path[on_path.index(name) :] + [name])
+            return
+        if name in done:
+            return
+        on_path.append(name)
+        for target in sorted(graph[name]):
+            visit(target)
+        on_path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+    assert cycles == []
