@@ -14,7 +14,7 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
-from jobs import queues
+from jobs import queues, state_counts
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState
@@ -66,7 +66,13 @@ def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
 
 
 def state_tallies() -> dict[str, Tally]:
-    """A tally of the jobs in each state, in lifecycle order."""
+    """A tally of the jobs in each state, in lifecycle order: exact where the database keeps
+    the counts, capped (`counts.tally`) where counting would scan."""
+    if state_counts.kept():
+        by_state = dict.fromkeys(JobState, 0)
+        for (_, state), n in state_counts.job_counts().items():
+            by_state[state] = by_state.get(state, 0) + n
+        return {state: Tally(value=by_state[state]) for state in JobState}
     return {state: tally(Job.objects.filter(state=state), STATE_CAP) for state in JobState}
 
 
@@ -86,6 +92,16 @@ QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState
 
 def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
     """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
+    if state_counts.kept():
+        counts = queues.job_counts()
+        return [
+            QueueRow(
+                name=name,
+                **{state: Tally(value=counts[name].get(state, 0)) for state in QUEUE_COLUMNS},
+                oldest_due_age=_age(now, oldest_due(name, now)),
+            )
+            for name in sorted(counts)
+        ]
     split = {state: per_queue(state, states[state]) for state in QUEUE_COLUMNS}
     return [
         QueueRow(
