@@ -149,7 +149,8 @@ def matching(text: str, *, task_paths=()) -> Q:
         # The index narrows to rows whose JSON text holds the needle; the functions decide.
         # Written first so that a row-by-row filter runs them only on those rows too.
         arguments = Q(_search_json__contains=needle.strip()) & arguments
-    condition = arguments | Q(~Q(error_type=""), _search_errors__contains=needle)
+    # Errors first: a failed job whose error matches is then decided without its arguments.
+    condition = Q(~Q(error_type=""), _search_errors__contains=needle) | arguments
     ids = id_prefix_range(text)
     if ids:
         condition |= Q(id__gte=ids[0], id__lte=ids[1])
