@@ -39,11 +39,11 @@ from django.dispatch import receiver
 # An id prefix shorter than this would match too much to be what anyone meant.
 MIN_ID_PREFIX = 6
 # How many of the newest jobs a search reads to judge whether its text is common, and how many
-# of them must match for it to be: at 1 in 200 or more, walking the newest jobs finds a page
-# within ~10,000 rows, cheaper than reading every match the trigram indexes point at (measured
-# at a million jobs in bench/dashboard.py).
+# of them must match for it to be: at about 1 in 330 or more, walking the newest jobs finds a
+# page within ~17,000 rows, cheaper than reading every match the trigram indexes point at
+# (3,000 and more at a million jobs; measured in bench/dashboard.py).
 PROBE_ROWS = 1_000
-COMMON_IN_PROBE = 5
+COMMON_IN_PROBE = 3
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
