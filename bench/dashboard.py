@@ -8,6 +8,7 @@ client, logged in as an operator (the whole middleware stack: session, auth, CSP
     .venv/bin/python bench/dashboard.py                 # build the data, then measure
     .venv/bin/python bench/dashboard.py --reuse         # measure again on the data built before
     .venv/bin/python bench/dashboard.py --jobs 200000 --requests 50
+    .venv/bin/python bench/dashboard.py --reuse --only "q=" queues   # rows whose label holds a word
 
 `BENCH_POSTGRES` (default postgres://postgres@127.0.0.1:5432) names the server.
 Never part of the test run.
