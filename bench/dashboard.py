@@ -8,6 +8,7 @@ client, logged in as an operator (the whole middleware stack: session, auth, CSP
     .venv/bin/python bench/dashboard.py                 # build the data, then measure
     .venv/bin/python bench/dashboard.py --reuse         # measure again on the data built before
     .venv/bin/python bench/dashboard.py --jobs 200000 --requests 50
+    .venv/bin/python bench/dashboard.py --reuse --only "q=" queues   # rows whose label holds a word
 
 `BENCH_POSTGRES` (default postgres://postgres@127.0.0.1:5432) names the server.
 Never part of the test run.
@@ -248,7 +249,7 @@ def record(statements, execute, sql, params, many, context):
     return execute(sql, params, many, context)
 
 
-def measure(requests):
+def measure(requests, only=()):
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -257,6 +258,8 @@ def measure(requests):
     client.force_login(User.objects.get(username="bench"))
     rows = []
     for label, path, fragment in pages():
+        if only and not any(word in label for word in only):
+            continue
         headers = {"HX-Request": "true"} if fragment else {}
         for _ in range(3):  # warm caches and connections
             response = client.get(path, headers=headers)
@@ -308,6 +311,9 @@ def main():
         action="store_true",
         help="add the partial index proposed for dead-letter filters before measuring",
     )
+    parser.add_argument(
+        "--only", nargs="+", default=(), help="measure only the rows whose label holds a word"
+    )
     args = parser.parse_args()
 
     server = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
@@ -336,7 +342,7 @@ def main():
     static = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
     with override_settings(STORAGES={"staticfiles": static, "default": {
         "BACKEND": "django.core.files.storage.FileSystemStorage"}}):  # fmt: skip
-        rows = measure(args.requests)
+        rows = measure(args.requests, args.only)
     print()
     print(markdown(rows, args.jobs, args.requests, args))
     worst = max(p95 for _, _, p95, _ in rows)

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
-from jobs import queues, timing
+from jobs import queues, state_counts, timing
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
 from jobs.states import CLAIMABLE, AttemptOutcome, JobState, is_failed_attempt
@@ -64,7 +64,13 @@ def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
 
 
 def state_tallies() -> dict[str, Tally]:
-    """A tally of the jobs in each state, in lifecycle order."""
+    """A tally of the jobs in each state, in lifecycle order: exact where the database keeps
+    the counts, capped (`counts.tally`) where counting would scan."""
+    if state_counts.kept():
+        by_state = dict.fromkeys(JobState, 0)
+        for (_, state), n in state_counts.job_counts().items():
+            by_state[state] = by_state.get(state, 0) + n
+        return {state: Tally(value=by_state[state]) for state in JobState}
     return {state: tally(Job.objects.filter(state=state), STATE_CAP) for state in JobState}
 
 
@@ -84,6 +90,16 @@ QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState
 
 def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
     """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
+    if state_counts.kept():
+        counts = queues.job_counts()
+        return [
+            QueueRow(
+                name=name,
+                **{state: Tally(value=counts[name].get(state, 0)) for state in QUEUE_COLUMNS},
+                oldest_due_age=_age(now, oldest_due(name, now)),
+            )
+            for name in sorted(counts)
+        ]
     split = {state: per_queue(state, states[state]) for state in QUEUE_COLUMNS}
     return [
         QueueRow(
@@ -177,9 +193,6 @@ def as_datetime(value) -> datetime:
 
 # Queues.
 
-# The attempts the last hour's throughput and failure rate are read from, at most.
-THROUGHPUT_SAMPLE = 20_000
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QueueStatus:
@@ -197,49 +210,30 @@ class QueueStatus:
 def queue_statuses(now: datetime) -> list[QueueStatus]:
     """Every queue (with jobs, or paused): counts per state, oldest due job, last hour's runs.
 
-    Counts per state come from the same sample as the overview's (`per_queue`); throughput
-    from the most recent `THROUGHPUT_SAMPLE` attempts of the last hour.
+    Counts per state are exact (`jobs.queues.job_counts`); the last hour's runs are counted up
+    to a cap and split across queues by the most recent of them (`jobs.queues.last_hour`).
     """
-    states = state_tallies()
-    split = {state: per_queue(state, states[state]) for state in JobState}
+    counts = queues.job_counts()
     paused = queues.paused()
-    finished, failed, covered_all = _last_hour_by_queue(now)
+    hour = queues.last_hour(now)
     statuses = []
-    for name in sorted(set(distinct_names("queue_name")) | set(paused)):
+    for name in sorted(set(counts) | set(paused)):
         due = oldest_due(name, now)
-        runs = finished.get(name, 0)
+        runs = hour.finished.get(name, 0)
+        held = counts.get(name, {})
         statuses.append(
             QueueStatus(
                 name=name,
                 paused=name in paused,
                 paused_at=paused[name].paused_at if name in paused else None,
-                counts={
-                    state: split[state].get(name, _none_in(split[state])) for state in JobState
-                },
+                counts={state: Tally(value=held.get(state, 0)) for state in JobState},
                 oldest_due_at=due,
                 oldest_due_age=_age(now, due),
-                finished_last_hour=Tally(value=runs, exact=covered_all, at_least=not covered_all),
-                failure_rate=failed.get(name, 0) / runs if runs else None,
+                finished_last_hour=Tally(value=runs, exact=hour.exact, at_least=hour.capped),
+                failure_rate=hour.failed.get(name, 0) / runs if runs else None,
             )
         )
     return statuses
-
-
-def _last_hour_by_queue(now: datetime):
-    recent = (
-        Attempt.objects.filter(finished_at__gte=now - timedelta(hours=1))
-        .order_by("-finished_at")
-        .values_list("job__queue_name", "outcome")[:THROUGHPUT_SAMPLE]
-    )
-    finished: dict[str, int] = {}
-    failed: dict[str, int] = {}
-    rows = 0
-    for queue, outcome in recent:
-        rows += 1
-        finished[queue] = finished.get(queue, 0) + 1
-        if is_failed_attempt(outcome):
-            failed[queue] = failed.get(queue, 0) + 1
-    return finished, failed, rows < THROUGHPUT_SAMPLE
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,13 +1,28 @@
-"""Pausing queues: workers claim nothing from a paused queue until it is resumed.
+"""Queues: pausing them, and what the console shows of each.
 
-The pause is a row in `PausedQueue`, so it is shared by every worker and survives restarts.
-Jobs already running finish; enqueues still land and wait. Each call is audited.
+Workers claim nothing from a paused queue until it is resumed. The pause is a row in
+`PausedQueue`, so it is shared by every worker and survives restarts. Jobs already running
+finish; enqueues still land and wait. Each call is audited.
+
+What a queue holds is read without counting the job table: the number of jobs per state comes
+from the counting triggers' rows (`jobs.state_counts`), and the last hour's attempts from the
+attempts' time index, their split across queues from the most recent of them.
 """
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
-from . import db
-from .models import AuditEntry, PausedQueue
+from . import db, state_counts
+from .models import Attempt, AuditEntry, PausedQueue
+from .states import is_failed_attempt
+
+# The last hour's attempts are counted one by one up to this many; beyond it, "more than".
+LAST_HOUR_CAP = 10_000
+# The most recent attempts whose jobs are looked up to split the last hour across queues: exact
+# when they are all of the hour's, otherwise the hour's count is shared out in their proportions.
+LAST_HOUR_SAMPLE = 1_000
 
 
 def _audit(name, action, outcome, *, user=None, source="python"):
@@ -59,3 +74,47 @@ def paused() -> dict[str, PausedQueue]:
 
 def is_paused(name: str) -> bool:
     return PausedQueue.objects.filter(name=name).exists()
+
+
+def job_counts() -> dict[str, dict[str, int]]:
+    """{queue: {state: jobs}} for every queue holding a job; exact, without counting the table."""
+    counts: dict[str, dict[str, int]] = {}
+    for (queue, state), n in state_counts.job_counts().items():
+        counts.setdefault(queue, {})[state] = n
+    return counts
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LastHour:
+    # Attempts finished in the last hour per queue, and how many of them failed.
+    finished: dict[str, int]
+    failed: dict[str, int]
+    # Are the numbers counted (rather than the hour's total shared out by a sample)?
+    exact: bool
+    # Did the hour hold more attempts than `LAST_HOUR_CAP` (the numbers then a floor)?
+    capped: bool
+
+
+def last_hour(now: datetime) -> LastHour:
+    """The attempts finished in the hour before `now`, per queue."""
+    recent = Attempt.objects.filter(finished_at__gte=now - timedelta(hours=1))
+    total = recent.order_by().values("finished_at")[: LAST_HOUR_CAP + 1].count()
+    sample = recent.order_by("-finished_at").values_list("job__queue_name", "outcome")[
+        :LAST_HOUR_SAMPLE
+    ]
+    finished: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    for queue, outcome in sample:
+        finished[queue] = finished.get(queue, 0) + 1
+        if is_failed_attempt(outcome):
+            failed[queue] = failed.get(queue, 0) + 1
+    sampled = sum(finished.values())
+    if sampled == total:
+        return LastHour(finished=finished, failed=failed, exact=True, capped=False)
+    hour = min(total, LAST_HOUR_CAP)
+    return LastHour(
+        finished={queue: round(hour * n / sampled) for queue, n in finished.items()},
+        failed={queue: round(hour * n / sampled) for queue, n in failed.items()},
+        exact=False,
+        capped=total > LAST_HOUR_CAP,
+    )

@@ -15,20 +15,35 @@ it narrows the rows to those whose JSON holds the text anywhere, and the functio
 on those few. Indexing the JSON text rather than the functions' output keeps the cost of every
 insert and state change low (the functions are not run on the write path). A second trigram
 index covers `lower(error_type || newline || error_message)` of failed jobs only.
+
+Those indexes find every match, and a list shows only the newest few: for a text that many jobs
+hold (an error message that thousands of dead letters share), fetching every match to keep the
+newest 50 costs a heap read per match. So a search first looks at the newest `PROBE_ROWS` jobs
+of the list: when the text is common among them, the condition is handed to PostgreSQL in a
+form no index applies to, and it walks the list's ordering index with the match as a filter,
+stopping after a page (a keyset page adds its bound to the same walk, so paging is unchanged).
+A text that few jobs hold keeps the index plan, which then reads few rows.
 """
 
 import json
 import re
 import uuid
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.backends.signals import connection_created
-from django.db.models import F, Func, Q, TextField, Value
+from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, TextField, Value
 from django.db.models.functions import Concat
 from django.dispatch import receiver
 
 # An id prefix shorter than this would match too much to be what anyone meant.
 MIN_ID_PREFIX = 6
+# How many of the newest jobs a search reads to judge whether its text is common, and how many
+# of them must match for it to be: at about 1 in 330 or more, walking the newest jobs finds a
+# page within ~17,000 rows, cheaper than reading every match the trigram indexes point at
+# (3,000 and more at a million jobs; measured in bench/dashboard.py).
+PROBE_ROWS = 1_000
+COMMON_IN_PROBE = 3
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
@@ -132,8 +147,10 @@ def matching(text: str, *, task_paths=()) -> Q:
         arguments |= Q(_search_numbers__contains=f" {text.strip()} ")
     if connection.vendor == "postgresql" and _plain_in_json(needle):
         # The index narrows to rows whose JSON text holds the needle; the functions decide.
-        arguments &= Q(_search_json__contains=needle.strip())
-    condition = arguments | Q(~Q(error_type=""), _search_errors__contains=needle)
+        # Written first so that a row-by-row filter runs them only on those rows too.
+        arguments = Q(_search_json__contains=needle.strip()) & arguments
+    # Errors first: a failed job whose error matches is then decided without its arguments.
+    condition = Q(~Q(error_type=""), _search_errors__contains=needle) | arguments
     ids = id_prefix_range(text)
     if ids:
         condition |= Q(id__gte=ids[0], id__lte=ids[1])
@@ -149,10 +166,54 @@ def _plain_in_json(needle: str) -> bool:
 
 
 def search(queryset, text: str, *, task_paths=()):
-    """`queryset` narrowed to the jobs matching `text`."""
-    return queryset.alias(
+    """`queryset` narrowed to the jobs matching `text`, in the form that pages fastest."""
+    queryset = queryset.alias(
         _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
         _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
         _search_errors=_ErrorText(),
         _search_json=_ArgumentsJson(),
-    ).filter(matching(text, task_paths=task_paths))
+    )
+    condition = matching(text, task_paths=task_paths)
+    common = connection.vendor == "postgresql" and _common_among_newest(queryset, condition)
+    return queryset.filter(_Matching(condition, common=common))
+
+
+class _Matching(ExpressionWrapper):
+    """The search condition, written for how the query reads it.
+
+    A limited read (a page) of a common text gets the condition opaque to the planner: no index
+    applies, and its selectivity is the default for a boolean expression (one half), so the
+    ordered page walks the ordering index and stops after the page instead of collecting every
+    match and sorting them. Any other read (a count, every match) keeps the indexed form.
+    """
+
+    def __init__(self, condition: Q, *, common: bool):
+        super().__init__(condition, output_field=BooleanField())
+        self.common = common
+
+    def as_sql(self, compiler, connection):
+        sql, params = compiler.compile(self.expression)
+        if self.common and compiler.query.is_sliced:
+            return f"COALESCE({sql}, false)", params
+        return sql, params
+
+
+def _common_among_newest(queryset, condition: Q) -> bool:
+    """Do at least `COMMON_IN_PROBE` of the newest `PROBE_ROWS` jobs of `queryset` match?"""
+    newest = (
+        queryset.order_by("-enqueued_at", "-id")
+        .annotate(_search_hit=ExpressionWrapper(condition, output_field=BooleanField()))
+        .values("_search_hit")[:PROBE_ROWS]
+    )
+    try:
+        sql, params = newest.query.sql_with_params()
+    except EmptyResultSet:
+        return False
+    with connection.cursor() as cursor:
+        # Stops reading as soon as it has seen enough matches: a common text costs a few rows.
+        cursor.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM ({sql}) AS newest"
+            " WHERE _search_hit LIMIT %s) AS hits",
+            [*params, COMMON_IN_PROBE],
+        )
+        return cursor.fetchone()[0] >= COMMON_IN_PROBE

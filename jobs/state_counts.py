@@ -30,9 +30,14 @@ SELECT queue_name, state, sum(n) FROM folded GROUP BY queue_name, state HAVING s
 """
 
 
+def kept() -> bool:
+    """Does the database keep the counts (rather than `job_counts` counting the table)?"""
+    return connection.vendor == "postgresql"
+
+
 def job_counts() -> dict[tuple[str, str], int]:
     """{(queue_name, state): number of jobs now}, for every pair with at least one job."""
-    if connection.vendor != "postgresql":
+    if not kept():
         rows = Job.objects.order_by().values("queue_name", "state").annotate(n=Count("id"))
         return {(row["queue_name"], row["state"]): row["n"] for row in rows}
     with connection.cursor() as cursor:

@@ -30,6 +30,16 @@ OVERFLOWING = """() => {
     .filter((e) => e.getBoundingClientRect().right > root.clientWidth + 1)
     .map((e) => `${e.tagName}.${e.className}`);
 }"""
+# The console's links that lie (even partly) outside the viewport, or hidden in a scrolling nav.
+NAV_OFF_SCREEN = """() => {
+  const nav = document.querySelector("nav.nav");
+  const width = document.documentElement.clientWidth;
+  return [...nav.querySelectorAll("a")]
+    .filter((a) => { const box = a.getBoundingClientRect();
+                     return box.left < 0 || box.right > width + 1
+                            || box.right > nav.getBoundingClientRect().right + 1; })
+    .map((a) => a.textContent);
+}"""
 LAPTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
 
@@ -108,6 +118,8 @@ def screenshot_pages(open_console, screenshots, pages, *, prepare=None):
                 if prepare is not None:
                     prepare(name, page)
                 assert page.evaluate(OVERFLOWING) == [], f"{name} overflows on {device}"
+                # Every link of the navigation is on screen: it wraps, nothing scrolls sideways.
+                assert page.evaluate(NAV_OFF_SCREEN) == [], f"{name}'s nav scrolls on {device}"
                 page.screenshot(path=screenshots / f"{name}-{device}-{scheme}.png", full_page=True)
             used.append((device, scheme, page))
     return used

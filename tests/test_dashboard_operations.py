@@ -53,6 +53,19 @@ def test_the_dead_letters_find_a_job_by_its_error_message(operator_client):
     assert "disk full" not in html
 
 
+def test_the_dead_letters_group_and_list_every_job_a_common_error_names(operator_client):
+    # Enough matches among the newest jobs for the search to walk them row by row.
+    wanted = [
+        make_job(JobState.DEAD_LETTER, error_type="SMTPError", error_message=f"refused ({n})")
+        for n in range(4)
+    ]
+    make_job(JobState.DEAD_LETTER, error_message="disk full")
+    html = operator_client.get("/dead-letters/?q=smtp").content.decode()
+    assert all(str(job.id)[:8] in html for job in wanted)
+    assert "disk full" not in html
+    assert re.findall(r'<td class="num">(\d+)</td>', html) == ["4"]
+
+
 def test_a_search_that_matches_nothing_answers_an_empty_list(operator_client):
     make_job(JobState.DEAD_LETTER)
     for path in ("/dead-letters/?q=no-such-thing", "/jobs/?q=no-such-thing"):

@@ -1,12 +1,16 @@
 """Pausing queues: the engine calls, and the real worker skipping a paused queue."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from jobs import queues
-from jobs.models import AuditEntry, Job, PausedQueue
+from jobs.models import Attempt, AuditEntry, Job, PausedQueue
 from jobs.states import JobState
 from tests import tasks
+from tests.factories import add_attempts, make_job
 
 
 @pytest.mark.django_db
@@ -30,6 +34,41 @@ def test_a_bad_queue_name_is_refused(name):
     with pytest.raises(ValueError):
         queues.pause(name)
     assert not PausedQueue.objects.exists()
+
+
+@pytest.mark.django_db
+def test_job_counts_are_exact_per_queue_and_state():
+    make_job(queue_name="emails")
+    make_job(JobState.DEAD_LETTER, queue_name="emails")
+    make_job(JobState.DEAD_LETTER, queue_name="emails")
+    make_job(JobState.SUCCEEDED, queue_name="reports")
+    Job.objects.filter(queue_name="reports").delete()
+    assert queues.job_counts() == {"emails": {"pending": 1, "dead_letter": 2}}
+
+
+@pytest.mark.django_db
+def test_the_last_hour_counts_each_queues_attempts_and_failures():
+    add_attempts(make_job(JobState.SUCCEEDED, queue_name="emails"), ["failed", "succeeded"])
+    add_attempts(make_job(JobState.DEAD_LETTER, queue_name="reports"), ["lost", "poison"])
+    old = make_job(JobState.SUCCEEDED, queue_name="reports")
+    add_attempts(old, ["succeeded"])
+    Attempt.objects.filter(job=old).update(finished_at=timezone.now() - timedelta(hours=2))
+    hour = queues.last_hour(timezone.now())
+    assert hour.finished == {"emails": 2, "reports": 2}
+    assert hour.failed == {"emails": 1, "reports": 2}
+    assert hour.exact and not hour.capped
+
+
+@pytest.mark.django_db
+def test_beyond_its_sample_the_last_hour_is_shared_out_and_marked_as_an_estimate(monkeypatch):
+    monkeypatch.setattr(queues, "LAST_HOUR_SAMPLE", 2)
+    add_attempts(make_job(JobState.SUCCEEDED, queue_name="emails"), ["failed", "succeeded"])
+    add_attempts(make_job(JobState.SUCCEEDED, queue_name="emails"), ["succeeded"])
+    hour = queues.last_hour(timezone.now())
+    assert hour.finished == {"emails": 3}
+    assert not hour.exact and not hour.capped
+    monkeypatch.setattr(queues, "LAST_HOUR_CAP", 2)
+    assert queues.last_hour(timezone.now()).capped
 
 
 @pytest.mark.django_db(transaction=True)

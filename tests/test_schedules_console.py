@@ -62,6 +62,16 @@ def test_the_page_shows_each_schedule_in_words_with_its_next_fire_time_and_runs(
     assert buttons_in(html).count("Pause") == 2 and buttons_in(html).count("Run now") == 2
 
 
+def test_the_next_fire_time_is_shown_once_relative_with_the_utc_time_beside_it(client, operator):
+    client.force_login(operator)
+    html = client.get("/schedules/").content.decode()
+    row = re.search(r'<tr id="schedule-ping".*?</tr>', html, re.S).group(0)
+    next_fire = re.findall(r"<td>.*?</td>", row, re.S)[1]
+    assert next_fire.count("<time datetime=") == 1
+    assert re.search(r">in \d+ s<", next_fire)
+    assert next_fire.count(" UTC<") == 1
+
+
 def test_the_page_is_linked_from_the_navigation_and_the_overview(client, operator):
     client.force_login(operator)
     html = client.get("/").content.decode()

@@ -1,7 +1,12 @@
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from dashboard.pagination import Cursor, keyset_page
 from jobs.models import Job
-from jobs.search import search, search_numbers, search_strings
+from jobs.search import COMMON_IN_PROBE, search, search_numbers, search_strings
 from jobs.states import JobState
 from tests.factories import make_job
 
@@ -84,3 +89,41 @@ def test_a_number_inside_a_string_is_not_a_number_match_but_a_text_one():
     number = make_job(args=[1003])
     assert found("1003") == {text.id, number.id}
     assert found("x100") == {text.id}
+
+
+def test_a_text_many_jobs_hold_pages_through_every_match_newest_first():
+    start = timezone.now() - timedelta(hours=1)
+    common = [
+        make_job(
+            JobState.DEAD_LETTER,
+            error_type="ConnectionError",
+            error_message=f"SMTP refused ({n})",
+            enqueued_at=start + timedelta(seconds=n),
+        )
+        for n in range(3 * COMMON_IN_PROBE)
+    ]
+    make_job(JobState.DEAD_LETTER, error_type="KeyError", error_message="'customer_id'")
+    seen, cursor = [], None
+    while True:
+        page = keyset_page(
+            search(Job.objects.all(), "smtp"), time_field="enqueued_at", cursor=cursor, limit=4
+        )
+        seen += [job.id for job in page.rows]
+        if page.next_cursor is None:
+            break
+        cursor = Cursor.decode(page.next_cursor)
+    assert seen == [job.id for job in reversed(common)]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL plan choice")
+def test_a_page_of_a_text_common_among_the_newest_jobs_is_matched_row_by_row():
+    for n in range(COMMON_IN_PROBE):
+        make_job(kwargs={"email": f"ann-{n}@example.com"})
+    make_job(kwargs={"email": "bob@example.org"})
+    common = search(Job.objects.all(), "example.com")
+    rare = search(Job.objects.all(), "bob@")
+    assert "WHERE COALESCE(" in str(common.order_by("-enqueued_at")[:50].query)
+    assert "COALESCE(" not in str(common.query)  # every match, or a count: through the index
+    assert "COALESCE(" not in str(rare.order_by("-enqueued_at")[:50].query)
+    assert common.count() == COMMON_IN_PROBE and len(common[:50]) == COMMON_IN_PROBE
+    assert found("bob@") == {Job.objects.get(kwargs__email="bob@example.org").id}
