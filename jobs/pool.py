@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import deque
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
 
 logger = logging.getLogger("jobs.worker")
 
@@ -34,7 +34,12 @@ SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
 
 
 def mp_context():
-    return multiprocessing.get_context("spawn")
+    # Executors are forked from a fork server that has Django set up (jobs.forkserver), not
+    # spawned: each one shares that memory instead of importing Django again. The fork server
+    # is a fresh process, so no database connection or worker thread is ever forked.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["jobs.forkserver"])
+    return ctx
 
 
 class StopFlag:
@@ -81,7 +86,9 @@ class Executor:
         # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
         # while it boots stays with the worker, which stops its executors in order.
         # multiprocessing unblocks both signals after starting its resource tracker, so that
-        # one is started first.
+        # one is started first. The fork server is started with them blocked too: it keeps
+        # that mask for good (a group signal must not take it, and with it its executors,
+        # down), and every executor it forks is born with it.
         resource_tracker.ensure_running()
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
@@ -89,6 +96,7 @@ class Executor:
                 child_conn.close()
                 self.conn.close()
                 raise StoppedBeforeStart
+            forkserver.ensure_running()
             self.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -238,11 +246,18 @@ def _dumps(value) -> bytes:
 
 
 def _die_with_parent() -> int:
-    """Have the kernel SIGKILL this process when the worker dies (Linux PR_SET_PDEATHSIG).
+    """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
 
     An executor that outlived its worker would run on while another worker recovers its jobs:
-    the same job twice at the same time. Returns the worker's pid for the fallback check.
+    the same job twice at the same time. The parent is the fork server, which exits as soon as
+    the worker is gone (once no process holds the worker's end of its "alive" pipe: the
+    executor closes its copy here). Returns the parent's pid for the fallback check.
     """
+    alive = forkserver._forkserver._forkserver_alive_fd
+    if alive is not None:
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+        forkserver._forkserver._forkserver_address = None
     parent = os.getppid()
     try:
         import ctypes
@@ -271,8 +286,10 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     if settings_module:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     import django
+    from django.apps import apps
 
-    django.setup()
+    if not apps.ready:  # the fork server could not set Django up; the error shows here
+        django.setup()
     from django.db import connections
 
     from .outcome import Ran
@@ -284,7 +301,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         while True:
             time.sleep(WATCH_INTERVAL)
             if os.getppid() != parent:
-                os._exit(70)  # the worker is gone; others will recover its jobs
+                os._exit(70)  # the worker (or its fork server) is gone; others recover its jobs
             running = current[0]
             if running is not None and not _lease_holds(running, status):
                 # The worker stalled and could not renew: another worker may recover this job
