@@ -9,6 +9,8 @@ when: deadlines are enforced from outside, and after a crash the worker knows wh
 running (a failed attempt) and which it never started (handed back untouched).
 """
 
+import dataclasses
+import functools
 import logging
 import multiprocessing
 import os
@@ -16,7 +18,9 @@ import pickle
 import signal
 import threading
 import time
+import uuid
 from collections import deque
+from datetime import UTC, datetime, timedelta
 from multiprocessing import forkserver, resource_tracker
 
 logger = logging.getLogger("jobs.worker")
@@ -156,7 +160,7 @@ class Executor:
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
         try:
-            self.conn.send_bytes(_dumps((seq, claimed)))
+            self.conn.send_bytes(_dumps((seq, *_job_codec().flat(claimed))))
         except (BrokenPipeError, EOFError, OSError):
             self.broken = True
             return False
@@ -191,7 +195,8 @@ class Executor:
         results = []
         try:
             while self.conn.poll():
-                results.append(pickle.loads(self.conn.recv_bytes()))
+                seq, *values = pickle.loads(self.conn.recv_bytes())
+                results.append((seq, _ran_codec().build(values)))
                 self.completed += 1
         except (EOFError, OSError, pickle.UnpicklingError):
             self.broken = True
@@ -243,6 +248,59 @@ def _dumps(value) -> bytes:
     # Plain pickle over send_bytes: the per-message set-up of multiprocessing's own pickler
     # costs more than the message itself for small jobs.
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _Flat:
+    """A dataclass as a flat list of plain values, for the messages between worker and executor.
+
+    UUIDs travel as their 16 bytes and aware datetimes as microseconds since the epoch:
+    pickling the objects themselves (their classes, state dicts and time zones) cost more than
+    the rest of a message. Values of any other type (an id kept as text) travel as they are.
+    """
+
+    def __init__(self, cls, uuids, moments):
+        self.cls = cls
+        self.names = tuple(f.name for f in dataclasses.fields(cls))
+        self.uuids = tuple(self.names.index(name) for name in uuids)
+        self.moments = tuple(self.names.index(name) for name in moments)
+
+    def flat(self, obj) -> list:
+        values = [getattr(obj, name) for name in self.names]
+        for i in self.uuids:
+            if type(values[i]) is uuid.UUID:
+                values[i] = values[i].bytes
+        for i in self.moments:
+            value = values[i]
+            if type(value) is datetime and value.tzinfo is not None:
+                values[i] = (value - _EPOCH) // _MICROSECOND
+        return values
+
+    def build(self, values):
+        for i in self.uuids:
+            if type(values[i]) is bytes:
+                values[i] = uuid.UUID(bytes=values[i])
+        for i in self.moments:
+            if type(values[i]) is int:
+                values[i] = _EPOCH + timedelta(microseconds=values[i])
+        return self.cls(*values)
+
+
+@functools.cache
+def _job_codec() -> _Flat:
+    from .store import Claimed  # not at import: an executor imports this before Django is set up
+
+    return _Flat(Claimed, ("id", "lease_id"), ("started_at", "enqueued_at"))
+
+
+@functools.cache
+def _ran_codec() -> _Flat:
+    from .outcome import Ran
+
+    return _Flat(Ran, ("job_id",), ("started_at", "finished_at"))
 
 
 def _die_with_parent() -> int:
@@ -317,7 +375,8 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
                 return
             if message is None:
                 return
-            seq, claimed = message
+            seq, *values = message
+            claimed = _job_codec().build(values)
             with taking:
                 # A job whose lease may be gone belongs to whoever recovers it, and one the
                 # worker took back runs elsewhere: never start those.
@@ -329,12 +388,12 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
                     status[0] = float(seq)  # from here on, the job counts as started
                     status[3] = float(seq)
             if not start:
-                conn.send_bytes(_dumps((seq, Ran(claimed.id, "released"))))
+                conn.send_bytes(_dumps((seq, *_ran_codec().flat(Ran(claimed.id, "released")))))
                 continue
             current[0] = claimed
             ran = run_attempt(claimed, worker_id=worker_id)
             current[0] = None
-            conn.send_bytes(_dumps((seq, ran)))  # out before anything else may happen
+            conn.send_bytes(_dumps((seq, *_ran_codec().flat(ran))))  # out before anything else
             status[0] = IDLE
             _tidy_connections(connections)
     except (BrokenPipeError, EOFError, OSError):
