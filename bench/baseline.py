@@ -134,8 +134,13 @@ def jobsite_single_enqueue(n):
     return n / (time.perf_counter() - start)
 
 
-def worker_pss_mb(url, concurrency, seconds=8.0):
-    """Proportional set size of a worker and its executors, idle after start-up, in MB."""
+def worker_memory_mb(url, concurrency, seconds=8.0):
+    """Memory of a worker and every process it started, idle after start-up, in MB.
+
+    Returns (PSS of them all, {role: [(PSS, USS) of each process]}), the roles being "worker",
+    "executor", "fork server" and "resource tracker". PSS shares each shared page among the
+    processes mapping it; USS is a process's private memory: what one more executor costs.
+    """
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--concurrency", str(concurrency)],
         cwd=ROOT,
@@ -144,12 +149,28 @@ def worker_pss_mb(url, concurrency, seconds=8.0):
     try:
         time.sleep(seconds)
         pids = [proc.pid] + _children(proc.pid)
-        per = {pid: _pss_kb(pid) / 1024 for pid in pids}
+        roles: dict[str, list] = {}
+        for pid in pids:
+            roles.setdefault(_role(pid, proc.pid), []).append(_memory_kb(pid))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    executors = [v for pid, v in per.items() if pid != proc.pid]
-    return sum(per.values()), per[proc.pid], (statistics.mean(executors) if executors else 0.0)
+    roles = {role: [(p / 1024, u / 1024) for p, u in found] for role, found in roles.items()}
+    return sum(p for found in roles.values() for p, _ in found), roles
+
+
+def _role(pid, worker_pid):
+    if pid == worker_pid:
+        return "worker"
+    with open(f"/proc/{pid}/cmdline") as f:
+        cmdline = f.read()
+    if "resource_tracker" in cmdline:
+        return "resource tracker"
+    with open(f"/proc/{pid}/stat") as f:
+        parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    if "forkserver" in cmdline and parent == worker_pid:
+        return "fork server"
+    return "executor"
 
 
 def _children(pid):
@@ -158,13 +179,16 @@ def _children(pid):
     return found + [c for p in found for c in _children(p)]
 
 
-def _pss_kb(pid):
-    total = 0
+def _memory_kb(pid):
+    """(PSS, USS) of one process in kB."""
+    pss = uss = 0
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             if line.startswith("Pss:"):
-                total += int(line.split()[1])
-    return total
+                pss += int(line.split()[1])
+            elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                uss += int(line.split()[1])
+    return pss, uss
 
 
 def main():
@@ -207,12 +231,20 @@ def main():
         )
         result += f" mixed={mixed:.0f} mixed_p99_ms={mixed_p99:.0f}"
     if args.memory:
-        total, parent, per_executor = worker_pss_mb(url, args.concurrency)
-        log(
-            f"worker PSS at --concurrency {args.concurrency}: {total:.0f} MB "
-            f"(worker {parent:.0f} MB, {per_executor:.0f} MB per executor)"
+        total, roles = worker_memory_mb(url, args.concurrency)
+        executors = roles.get("executor", [])
+        per_pss = statistics.mean(p for p, _ in executors) if executors else 0.0
+        per_uss = statistics.mean(u for _, u in executors) if executors else 0.0
+        parts = ", ".join(
+            f"{role} {' + '.join(f'{p:.0f}' for p, _ in found)}"
+            for role, found in roles.items()
+            if role != "executor"
         )
-        result += f" pss_mb={total:.0f} per_executor_mb={per_executor:.0f}"
+        log(
+            f"worker PSS at --concurrency {args.concurrency}: {total:.0f} MB ({parts}; "
+            f"{len(executors)} executors, each {per_pss:.0f} MB PSS, {per_uss:.0f} MB private)"
+        )
+        result += f" pss_mb={total:.0f} executor_pss_mb={per_pss:.1f} executor_uss_mb={per_uss:.1f}"
     print(result)
 
 

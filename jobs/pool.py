@@ -9,6 +9,8 @@ when: deadlines are enforced from outside, and after a crash the worker knows wh
 running (a failed attempt) and which it never started (handed back untouched).
 """
 
+import dataclasses
+import functools
 import logging
 import multiprocessing
 import os
@@ -16,8 +18,10 @@ import pickle
 import signal
 import threading
 import time
+import uuid
 from collections import deque
-from multiprocessing import resource_tracker
+from datetime import UTC, datetime, timedelta
+from multiprocessing import forkserver, resource_tracker
 
 logger = logging.getLogger("jobs.worker")
 
@@ -34,7 +38,12 @@ SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
 
 
 def mp_context():
-    return multiprocessing.get_context("spawn")
+    # Executors are forked from a fork server that has Django set up (jobs.forkserver), not
+    # spawned: each one shares that memory instead of importing Django again. The fork server
+    # is a fresh process, so no database connection or worker thread is ever forked.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["jobs.forkserver"])
+    return ctx
 
 
 class StopFlag:
@@ -81,7 +90,9 @@ class Executor:
         # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
         # while it boots stays with the worker, which stops its executors in order.
         # multiprocessing unblocks both signals after starting its resource tracker, so that
-        # one is started first.
+        # one is started first. The fork server is started with them blocked too: it keeps
+        # that mask for good (a group signal must not take it, and with it its executors,
+        # down), and every executor it forks is born with it.
         resource_tracker.ensure_running()
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
@@ -89,6 +100,7 @@ class Executor:
                 child_conn.close()
                 self.conn.close()
                 raise StoppedBeforeStart
+            forkserver.ensure_running()
             self.process.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
@@ -148,7 +160,7 @@ class Executor:
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
         try:
-            self.conn.send_bytes(_dumps((seq, claimed)))
+            self.conn.send_bytes(_dumps((seq, *_job_codec().flat(claimed))))
         except (BrokenPipeError, EOFError, OSError):
             self.broken = True
             return False
@@ -183,7 +195,8 @@ class Executor:
         results = []
         try:
             while self.conn.poll():
-                results.append(pickle.loads(self.conn.recv_bytes()))
+                seq, *values = pickle.loads(self.conn.recv_bytes())
+                results.append((seq, _ran_codec().build(values)))
                 self.completed += 1
         except (EOFError, OSError, pickle.UnpicklingError):
             self.broken = True
@@ -237,12 +250,72 @@ def _dumps(value) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class _Flat:
+    """A dataclass as a flat list of plain values, for the messages between worker and executor.
+
+    UUIDs travel as their 16 bytes and aware datetimes as microseconds since the epoch:
+    pickling the objects themselves (their classes, state dicts and time zones) cost more than
+    the rest of a message. Values of any other type (an id kept as text) travel as they are.
+    """
+
+    def __init__(self, cls, uuids, moments):
+        self.cls = cls
+        self.names = tuple(f.name for f in dataclasses.fields(cls))
+        self.uuids = tuple(self.names.index(name) for name in uuids)
+        self.moments = tuple(self.names.index(name) for name in moments)
+
+    def flat(self, obj) -> list:
+        values = [getattr(obj, name) for name in self.names]
+        for i in self.uuids:
+            if type(values[i]) is uuid.UUID:
+                values[i] = values[i].bytes
+        for i in self.moments:
+            value = values[i]
+            if type(value) is datetime and value.tzinfo is not None:
+                values[i] = (value - _EPOCH) // _MICROSECOND
+        return values
+
+    def build(self, values):
+        for i in self.uuids:
+            if type(values[i]) is bytes:
+                values[i] = uuid.UUID(bytes=values[i])
+        for i in self.moments:
+            if type(values[i]) is int:
+                values[i] = _EPOCH + timedelta(microseconds=values[i])
+        return self.cls(*values)
+
+
+@functools.cache
+def _job_codec() -> _Flat:
+    from .store import Claimed  # not at import: an executor imports this before Django is set up
+
+    return _Flat(Claimed, ("id", "lease_id"), ("started_at", "enqueued_at"))
+
+
+@functools.cache
+def _ran_codec() -> _Flat:
+    from .outcome import Ran
+
+    return _Flat(Ran, ("job_id",), ("started_at", "finished_at"))
+
+
 def _die_with_parent() -> int:
-    """Have the kernel SIGKILL this process when the worker dies (Linux PR_SET_PDEATHSIG).
+    """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
 
     An executor that outlived its worker would run on while another worker recovers its jobs:
-    the same job twice at the same time. Returns the worker's pid for the fallback check.
+    the same job twice at the same time. The parent is the fork server, which exits as soon as
+    the worker is gone (once no process holds the worker's end of its "alive" pipe: the
+    executor closes its copy here). Returns the parent's pid for the fallback check.
     """
+    alive = forkserver._forkserver._forkserver_alive_fd
+    if alive is not None:
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+        forkserver._forkserver._forkserver_address = None
     parent = os.getppid()
     try:
         import ctypes
@@ -271,8 +344,10 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     if settings_module:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     import django
+    from django.apps import apps
 
-    django.setup()
+    if not apps.ready:  # the fork server could not set Django up; the error shows here
+        django.setup()
     from django.db import connections
 
     from .outcome import Ran
@@ -284,7 +359,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         while True:
             time.sleep(WATCH_INTERVAL)
             if os.getppid() != parent:
-                os._exit(70)  # the worker is gone; others will recover its jobs
+                os._exit(70)  # the worker (or its fork server) is gone; others recover its jobs
             running = current[0]
             if running is not None and not _lease_holds(running, status):
                 # The worker stalled and could not renew: another worker may recover this job
@@ -300,7 +375,8 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
                 return
             if message is None:
                 return
-            seq, claimed = message
+            seq, *values = message
+            claimed = _job_codec().build(values)
             with taking:
                 # A job whose lease may be gone belongs to whoever recovers it, and one the
                 # worker took back runs elsewhere: never start those.
@@ -312,12 +388,12 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
                     status[0] = float(seq)  # from here on, the job counts as started
                     status[3] = float(seq)
             if not start:
-                conn.send_bytes(_dumps((seq, Ran(claimed.id, "released"))))
+                conn.send_bytes(_dumps((seq, *_ran_codec().flat(Ran(claimed.id, "released")))))
                 continue
             current[0] = claimed
             ran = run_attempt(claimed, worker_id=worker_id)
             current[0] = None
-            conn.send_bytes(_dumps((seq, ran)))  # out before anything else may happen
+            conn.send_bytes(_dumps((seq, *_ran_codec().flat(ran))))  # out before anything else
             status[0] = IDLE
             _tidy_connections(connections)
     except (BrokenPipeError, EOFError, OSError):

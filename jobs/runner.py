@@ -7,6 +7,8 @@ attempt planned here, where the exception still exists.
 
 import inspect
 import json
+import logging
+import sys
 
 from . import payload
 from .compat import TaskResult, TaskResultStatus, task_finished, task_started
@@ -75,8 +77,29 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
         return _failed(claimed, exc, "error", started, stop_reason=DeadLetterReason.UNRECOVERABLE)
 
 
-def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
-    result = TaskResult(
+def _reaches_anyone(signal, sender, level) -> bool:
+    """Whether sending `signal` would do anything: a receiver of the project's listens, or the
+    framework's own log receiver does and its logger would write at `level`.
+
+    Most workers have only the framework's receivers, logging at INFO to a logger set to
+    WARNING: for them the TaskResult and the two signals per attempt are skipped.
+    """
+    sync, asynchronous = signal._live_receivers(sender)
+    for receiver in (*sync, *asynchronous):
+        module = getattr(receiver, "__module__", None)
+        if module not in _FRAMEWORK_SIGNALS or not receiver.__name__.startswith("log_"):
+            return True
+        if sys.modules[module].logger.isEnabledFor(level):
+            return True
+    return False
+
+
+# The framework's signals modules: Django's, and the backport's (Django 5.2).
+_FRAMEWORK_SIGNALS = frozenset({"django.tasks.signals", "django_tasks.signals"})
+
+
+def _task_result(claimed, task, args, kwargs, started, worker_id):
+    return TaskResult(
         task=task,
         id=str(claimed.id),
         status=TaskResultStatus.RUNNING,
@@ -90,9 +113,24 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
         errors=[],
         worker_ids=[worker_id] * claimed.attempt,
     )
-    backend = task.get_backend()
-    sender = type(backend)
-    task_started.send(sender=sender, task_result=result)
+
+
+def _finished(result, status, finished, **extra):
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", finished)
+    for name, value in extra.items():
+        object.__setattr__(result, name, value)
+    return result
+
+
+def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
+    sender = type(task.get_backend())
+    announce_start = _reaches_anyone(task_started, sender, logging.INFO)
+    result = None
+    if announce_start or task.takes_context:
+        result = _task_result(claimed, task, args, kwargs, started, worker_id)
+    if announce_start:
+        task_started.send(sender=sender, task_result=result)
     try:
         if task.takes_context:
             context = JobContext(
@@ -122,8 +160,6 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
                     claimed, task, worker_id=worker_id, error=(error_type, text)
                 ),
             )
-        object.__setattr__(result, "status", TaskResultStatus.FAILED)
-        object.__setattr__(result, "finished_at", finished)
         failure = Ran(
             claimed.id,
             "error",
@@ -140,11 +176,14 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
     if failure is not None:
         # Sent outside the except block: the framework's own log receiver then has no exception
         # to print in full (uncapped, across many lines); the engine records and logs it.
-        task_finished.send(sender=sender, task_result=result)
+        if _reaches_anyone(task_finished, sender, logging.ERROR):
+            result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
+            _finished(result, TaskResultStatus.FAILED, failure.finished_at)
+            task_finished.send(sender=sender, task_result=result)
         return failure
     finished = now()
-    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-    object.__setattr__(result, "finished_at", finished)
-    object.__setattr__(result, "_return_value", value)
-    task_finished.send(sender=sender, task_result=result)
+    if _reaches_anyone(task_finished, sender, logging.INFO):
+        result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
+        _finished(result, TaskResultStatus.SUCCESSFUL, finished, _return_value=value)
+        task_finished.send(sender=sender, task_result=result)
     return Ran(claimed.id, "ok", return_json=return_json, started_at=started, finished_at=finished)

@@ -219,10 +219,10 @@ def sigterm_the_group_and_see_it_exit_cleanly(worker):
 def test_sigterm_to_the_group_while_executors_boot_stops_cleanly(spawn_worker, subprocess_env):
     ids = tasks.ledger_span.enqueue_many([((f"boot-{i}", 0.1), {}) for i in range(10)])
     worker = spawn_worker("--concurrency", "4")
-    # The worker, its resource tracker and the 4 executors, all started (each executor still
-    # loading Django): a process that shows up after the signal was started after it. A
-    # snapshot taken earlier would race with the worker starting the rest before the signal.
-    wait_for(lambda: len(worker.group_members()) >= 6, timeout=30, what="every executor to start")
+    # The worker, its resource tracker, its executors' fork server and the 4 executors, all
+    # started: a process that shows up after the signal was started after it. A snapshot
+    # taken earlier would race with the worker starting the rest before the signal.
+    wait_for(lambda: len(worker.group_members()) >= 7, timeout=30, what="every executor to start")
     sigterm_the_group_and_see_it_exit_cleanly(worker)
     assert "executor process" not in worker.output()
     assert_nothing_running()

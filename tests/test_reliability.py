@@ -89,10 +89,14 @@ def test_kill_9_chaos_loses_no_job_and_never_runs_one_twice_at_once(
             batch = batches.pop(0)
             ids += task.enqueue_many([((k, rng.uniform(0.01, 0.05)), {}) for k in batch])
             next_batch = now + 0.9
+        holding = []
         if now >= next_kill:
-            # Prefer a worker that holds jobs right now, so that kills hit work in progress.
             busy = set(Job.objects.running().values_list("worker_id", flat=True))
-            victim = rng.choice([w for w in workers if w.worker_id in busy] or workers)
+            holding = [w for w in workers if w.worker_id in busy]
+        if holding:
+            # Only a live worker that holds jobs right now, so that kills hit work in progress;
+            # with none, look again on the next turn (the next batch comes within 0.9 s).
+            victim = rng.choice(holding)
             victim.kill_group()
             killed_ids.add(victim.worker_id)
             killed_pgids.add(victim.pid)
