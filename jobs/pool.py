@@ -291,7 +291,7 @@ class _Flat:
 
 @functools.cache
 def _job_codec() -> _Flat:
-    from .store import Claimed  # not at import: an executor imports this before Django is set up
+    from .db import Claimed  # not at import: an executor imports this before Django is set up
 
     return _Flat(Claimed, ("id", "lease_id"), ("started_at", "enqueued_at"))
 
