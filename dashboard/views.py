@@ -24,7 +24,6 @@ from jobs.states import JobState
 from . import buttons as action_buttons
 from . import queries, task_stats
 from .access import operator_required
-from .buttons import job_buttons
 from .chart import attempts_chart
 from .errors import error_page
 from .forms import (
@@ -93,7 +92,6 @@ def _job_page(request, job, *, edit_form=None, status=200):
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
-        "buttons": job_buttons(job, request.user),
         "edit_form": edit_form or _edit_form_for(job),
     }
     return render_page(request, "dashboard/job_detail.html", "job", context, status=status)
