@@ -28,6 +28,9 @@ DEAD_LETTER_GROUPS = 50
 # The dead letters grouped on the page: the most recent ones, so the cost stays flat however
 # many have piled up.
 DEAD_LETTER_WINDOW = 2_000
+# Under a text search the newest matches are found row by row when the text is common (see
+# jobs.search), so the window is smaller: 500 is still every error of a triage at a glance.
+DEAD_LETTER_SEARCH_WINDOW = 500
 QUEUE_SAMPLE = 1_000
 MAX_RUNNING_SHOWN = 500
 LINEAGE_DEPTH = 20
@@ -331,10 +334,11 @@ class DeadLetterGroups:
 
 def dead_letter_groups(filters: dict) -> DeadLetterGroups:
     """The most recent dead letters by task and error type: count, first and last seen."""
+    window = DEAD_LETTER_SEARCH_WINDOW if filters.get("q") else DEAD_LETTER_WINDOW
     recent = (
         dead_letters(filters)
         .order_by("-finished_at", "-id")
-        .values("task_path", "error_type", "finished_at")[:DEAD_LETTER_WINDOW]
+        .values("task_path", "error_type", "finished_at")[:window]
     )
     try:
         sql, params = recent.query.sql_with_params()
@@ -365,7 +369,7 @@ def dead_letter_groups(filters: dict) -> DeadLetterGroups:
     return DeadLetterGroups(
         rows=rows[:DEAD_LETTER_GROUPS],
         window=covered,
-        complete=covered < DEAD_LETTER_WINDOW,
+        complete=covered < window,
     )
 
 

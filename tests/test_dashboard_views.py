@@ -651,6 +651,19 @@ def test_dead_letter_groups_cover_the_most_recent_window_and_say_so(viewer_clien
 
 
 @pytest.mark.django_db
+def test_dead_letter_groups_under_a_search_cover_a_smaller_window(viewer_client, monkeypatch):
+    monkeypatch.setattr("dashboard.queries.DEAD_LETTER_WINDOW", 5)
+    monkeypatch.setattr("dashboard.queries.DEAD_LETTER_SEARCH_WINDOW", 2)
+    for _ in range(4):
+        make_job(JobState.DEAD_LETTER, error_type="ConnectionError", error_message="SMTP refused")
+    searched = viewer_client.get("/dead-letters/?q=smtp").content.decode()
+    assert "Over the 2 most recent dead letters" in searched
+    assert re.findall(r'<td class="num">(\d+)</td>', searched) == ["2"]
+    unsearched = viewer_client.get("/dead-letters/").content.decode()
+    assert re.findall(r'<td class="num">(\d+)</td>', unsearched) == ["4"]
+
+
+@pytest.mark.django_db
 def test_workers_page_shows_heartbeat_age_lost_workers_and_what_they_run(viewer_client):
     now = timezone.now()
     WorkerNode.objects.create(
