@@ -4,14 +4,16 @@
     .venv/bin/python bench/baseline.py --db sqlite --jobs 5000
     .venv/bin/python bench/baseline.py --db postgres --mixed    # plus the 1/10/100 ms mix
     .venv/bin/python bench/baseline.py --db postgres --memory   # plus the worker's PSS
+    .venv/bin/python bench/baseline.py --db postgres --retry    # plus every job failing once
 
 The baselines, written here so every run measures them beside jobsite in the same database:
 
 - naive drain: one `UPDATE ... WHERE id = (SELECT ... LIMIT 1 [FOR UPDATE SKIP LOCKED])`
   claim plus one completion `UPDATE` per job, autocommit, from one process. PostgreSQL: on a
-  temporary table; SQLite: on a regular table in the same WAL database file as the jobs.
-- naive insert: one single-row `INSERT` per job with a commit each, into the same kind of
-  table.
+  temporary table (as the performance issue measured it: no write-ahead log, so no flush at
+  commit) and on a regular table (durable, like jobsite's); SQLite: on a regular table in the
+  same WAL database file as the jobs.
+- naive insert: one single-row `INSERT` per job with a commit each, into the same tables.
 
 jobsite's side is `bench/throughput.py`'s: `manage.py worker --burst` processes draining
 pre-enqueued no-op jobs (every job checked to have run exactly once), and `.enqueue()` one call
@@ -22,6 +24,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,10 +43,12 @@ from bench.throughput import (  # noqa: E402
 NAIVE_TABLE = "bench_naive_jobs"
 
 
-def _naive_table(cursor, vendor):
+def _naive_table(cursor, vendor, temporary):
     if vendor == "postgresql":
+        cursor.execute(f"DROP TABLE IF EXISTS {NAIVE_TABLE}")
         cursor.execute(
-            f"CREATE TEMPORARY TABLE {NAIVE_TABLE} (id bigserial PRIMARY KEY, "
+            f"CREATE {'TEMPORARY ' if temporary else ''}TABLE {NAIVE_TABLE} "
+            "(id bigserial PRIMARY KEY, "
             "state text NOT NULL DEFAULT 'pending', args jsonb NOT NULL DEFAULT '[]', "
             "run_after timestamptz NOT NULL DEFAULT now())"
         )
@@ -60,14 +65,14 @@ def _naive_table(cursor, vendor):
     )
 
 
-def naive(n):
+def naive(n, *, temporary=False):
     """(inserts/s, claims+completions/s) of the naive loops, on Django's own connection."""
     from django.db import connection
 
     vendor = connection.vendor
     connection.ensure_connection()
     with connection.cursor() as cursor:
-        _naive_table(cursor, vendor)
+        _naive_table(cursor, vendor, temporary)
         start = time.perf_counter()
         for _ in range(n):
             cursor.execute(f"INSERT INTO {NAIVE_TABLE} (args) VALUES ('[]')")  # autocommit
@@ -96,12 +101,12 @@ def naive(n):
     return inserts, rate
 
 
-def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None):
+def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None, env=None):
     """Enqueue n jobs in bulk, then time burst workers over them from first start to last end."""
     from django.tasks import task_backends  # noqa: F401  (the backend must be loaded)
     from django.utils.module_loading import import_string
 
-    from jobs.models import Job
+    from jobs.models import Attempt, Job
 
     fn = import_string(task)
     calls = [((args_for(i) if args_for else ()), {}) for i in range(n)]
@@ -109,20 +114,56 @@ def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None)
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
         cwd=ROOT,
-        env=worker_env(url),
+        env={**worker_env(url), **(env or {})},
     )
     if proc.wait(timeout=3600) != 0:
         raise SystemExit(f"worker exited with {proc.returncode}")
     done = Job.objects.filter(state="succeeded").order_by()
-    first = done.order_by("started_at").values_list("started_at", flat=True).first()
+    first = Attempt.objects.order_by("started_at").values_list("started_at", flat=True).first()
     last = done.order_by("-finished_at").values_list("finished_at", flat=True).first()
-    check_exactly_once(n)
+    if env:  # every job failed once: two attempts each, the second one succeeded
+        check_failed_once_then_succeeded(n)
+    else:
+        check_exactly_once(n)
     pickups = sorted(
         (s - max(e, r)).total_seconds() * 1000
         for e, r, s in done.values_list("enqueued_at", "run_after", "started_at")
     )
     p99 = pickups[min(len(pickups) - 1, int(len(pickups) * 0.99))]
     return n / (last - first).total_seconds(), p99
+
+
+def check_failed_once_then_succeeded(n):
+    from django.db.models import Count
+
+    from jobs.models import Attempt, Job
+
+    succeeded = Job.objects.filter(state="succeeded", attempt=2).count()
+    attempts = Attempt.objects.values("job_id").annotate(n=Count("id")).filter(n=2).count()
+    if succeeded != n or attempts != n:
+        raise SystemExit(
+            f"correctness check failed: {succeeded}/{n} succeeded on their 2nd attempt, "
+            f"{attempts}/{n} jobs with exactly 2 attempts"
+        )
+
+
+def jobsite_retry_drain(url, n, concurrency):
+    """Every job fails its first attempt and succeeds on the second (backoff 0, no jitter)."""
+    with tempfile.TemporaryDirectory(prefix="jobsite-retry-") as marks:
+        env = {
+            "BENCH_MODE": "flaky",
+            "BENCH_MARK_DIR": marks,
+            "BENCH_EXEC_LOG": str(Path(marks) / "executions.log"),
+        }
+        rate, _ = jobsite_drain(
+            url,
+            n,
+            concurrency,
+            task="bench.peers.jobsite_tasks.retried",
+            args_for=lambda i: (i,),
+            env=env,
+        )
+    return rate
 
 
 def jobsite_single_enqueue(n):
@@ -198,23 +239,46 @@ def main():
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--mixed", action="store_true", help="also a 1/10/100 ms job mix")
     parser.add_argument("--memory", action="store_true", help="also the worker's PSS")
+    parser.add_argument("--retry", action="store_true", help="also every job failing once")
     args = parser.parse_args()
     url = scratch_database(args.db)
     setup_django(url)
     log(f"== {args.db}: {args.jobs} jobs, worker --concurrency {args.concurrency}")
     naive_insert, naive_drain = naive(args.jobs)
     log(f"naive loop: {naive_insert:,.0f} inserts/s, {naive_drain:,.0f} claims+completions/s")
+    temp_insert = temp_drain = None
+    if args.db == "postgres":
+        temp_insert, temp_drain = naive(args.jobs, temporary=True)
+        log(
+            f"naive loop on a temporary table: {temp_insert:,.0f} inserts/s, "
+            f"{temp_drain:,.0f} claims+completions/s"
+        )
     single = jobsite_single_enqueue(min(args.jobs, 2000))
     reset()
     log(f"jobsite single enqueue: {single:,.0f}/s = {single / naive_insert:.2f}x the naive insert")
+    if temp_insert:
+        log(f"  = {single / temp_insert:.2f}x the naive insert on a temporary table")
     rate, p99 = jobsite_drain(url, args.jobs, args.concurrency)
     reset()
     log(f"jobsite drain: {rate:,.0f} jobs/s = {rate / naive_drain:.2f}x the naive loop")
+    if temp_drain:
+        log(f"  = {rate / temp_drain:.2f}x the naive loop on a temporary table")
     result = (
         f"RESULT {args.db} naive_insert={naive_insert:.0f} naive_drain={naive_drain:.0f} "
         f"single={single:.0f} drain={rate:.0f} drain_ratio={rate / naive_drain:.2f} "
         f"single_ratio={single / naive_insert:.2f}"
     )
+    if temp_drain:
+        result += (
+            f" temp_naive_insert={temp_insert:.0f} temp_naive_drain={temp_drain:.0f}"
+            f" temp_drain_ratio={rate / temp_drain:.2f}"
+            f" temp_single_ratio={single / temp_insert:.2f}"
+        )
+    if args.retry:
+        retry = jobsite_retry_drain(url, args.jobs, args.concurrency)
+        reset()
+        log(f"jobsite retry-heavy: {retry:,.0f} jobs/s = {retry / rate:.0%} of the no-op drain")
+        result += f" retry={retry:.0f} retry_share={retry / rate:.2f}"
     if args.mixed:
         n = max(300, args.jobs // 20)
         mixed, mixed_p99 = jobsite_drain(
