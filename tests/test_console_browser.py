@@ -202,6 +202,42 @@ def test_ticking_a_row_pauses_the_dead_letter_list_and_says_so(open_console):
     expect(page.locator("[data-live-status]")).to_have_text("Paused: rows are ticked")
 
 
+def test_a_refresh_landing_after_a_row_was_ticked_keeps_the_tick(open_console):
+    dead_letter_of_add()
+    page = open_console()
+    page.goto(f"{base_of(page)}/dead-letters/")
+    held = []
+
+    def hold_refreshes(route):
+        if route.request.headers.get("hx-request"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(lambda url: url.endswith("/dead-letters/"), hold_refreshes)
+    page.evaluate("htmx.trigger('#dead-letters', 'wake')")
+    for _ in range(50):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the refresh never left"
+    box = page.locator('input[name="ids"]').first
+    box.check()
+    page.evaluate(
+        "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
+    )
+    held.pop(0).continue_()
+    for _ in range(50):
+        if page.evaluate("window.landed === true"):
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate("window.landed === true"), "the held refresh never landed"
+    expect(box).to_be_checked()
+    expect(page.locator("[data-live-status]")).to_have_text("Paused: rows are ticked")
+    for route in held:
+        route.continue_()
+
+
 # Errors.
 
 

@@ -81,6 +81,15 @@
     showLiveStatus();
   });
 
+  // A refresh already on its way when the operator ticked a row, opened a traceback or a dialog,
+  // or stepped into a field lands after that: dropping it keeps what they did on the page.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var region = event.detail.elt;
+    if (region.hasAttribute("data-poll") && pauseReason(region)) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   // Back on the tab, or live refresh turned back on: refresh at once instead of on the next tick.
   function wakeAll() {
     if (!window.htmx) {
