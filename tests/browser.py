@@ -99,6 +99,13 @@ def open_console(browser, live_server, operator):
     assert errors == []
 
 
+def settled(page):
+    """`page` once its requests are done, the live region's first refresh included: a row
+    ticked while a refresh is swapping the list in would be ticked on the row swapped out."""
+    page.wait_for_load_state("networkidle")
+    return page
+
+
 def base_of(page):
     """The live server's address, from the page's URL."""
     return "/".join(page.url.split("/")[:3])
