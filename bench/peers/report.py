@@ -11,13 +11,12 @@ SECTION = "## Side by side"
 COMMAND = ".venv/bin/python bench/run_all.py"
 
 TARGETS = {
-    "drain": 10_000,
-    "single": 2_000,
-    "bulk": 50_000,
+    "moonshot": 10_000,  # no-op jobs/s on this 2-core machine
+    "pgqueuer_ratio": 1.0,  # drain and bulk enqueue against pgqueuer's fastest durable setting
+    "peer_ratio": 10,  # drain against every other peer, with its documented fast settings
     "p50": 5,
     "p99": 20,
-    "retry_share": 0.40,
-    "peer_ratio": 10,
+    "retry_share": 0.50,
 }
 
 
@@ -438,48 +437,63 @@ def memory_table(R):
     return out
 
 
+def met(ok):
+    return "met" if ok else "not met"
+
+
 def targets(R):
+    """The performance issue's targets that this run measures (the rest are in baseline.py)."""
     db = "postgres"
     out = ["### Against the targets (PostgreSQL, durable commits)", ""]
-    drains = [
-        (R.median("jobs_per_s", "drain", db, "jobsite", n=n, c=c), n, c)
-        for n, c in R.cells("drain", db)
-    ]
-    drains = [d for d in drains if d[0]]
+    cells = R.cells("drain", db)
+    mine = {
+        cell: R.median("jobs_per_s", "drain", db, "jobsite", n=cell[0], c=cell[1]) for cell in cells
+    }
+    drains = [(rate, cell) for cell, rate in mine.items() if rate]
     if drains:
-        best = max(drains)
+        best, (n, c) = max(drains)
         out.append(
-            f"- drain ≥ {TARGETS['drain']:,}/s: best {best[0]:,.0f}/s ({best[1]:,} jobs, "
-            f"concurrency {best[2]}) — {'met' if best[0] >= TARGETS['drain'] else 'not met'}"
+            f"- moonshot {TARGETS['moonshot']:,} no-op jobs/s: best {best:,.0f}/s "
+            f"({n:,} jobs, concurrency {c}), {best / TARGETS['moonshot']:.0%} of it"
         )
+
+    def worst_ratio(systems):
         worst = None
-        for n, c in R.cells("drain", db):
-            mine = R.median("jobs_per_s", "drain", db, "jobsite", n=n, c=c)
+        for cell in cells:
             for system, config in R.variants("drain", db):
-                if system == "jobsite":
+                if system not in systems:
                     continue
-                x = R.median("jobs_per_s", "drain", db, system, config, n=n, c=c)
-                r = ratio(mine, x)
+                theirs = R.median("jobs_per_s", "drain", db, system, config, n=cell[0], c=cell[1])
+                r = ratio(mine[cell], theirs)
                 if r is not None and (worst is None or r < worst[0]):
-                    worst = (r, label(system, config), n, c)
-        if worst:
-            out.append(
-                f"- drain ≥ {TARGETS['peer_ratio']}× each peer: smallest ratio "
-                f"{worst[0]:.1f}× ({worst[1]}, {worst[2]:,} jobs, concurrency {worst[3]}) — "
-                f"{'met' if worst[0] >= TARGETS['peer_ratio'] else 'not met'}"
-            )
-    n = R.meta.get("plan", {}).get("enqueue_n")
-    s = R.median("single_per_s", "enqueue", db, "jobsite", n=n)
-    b = R.median("bulk_per_s", "enqueue", db, "jobsite", n=n)
-    if s:
+                    worst = (r, label(system, config), cell)
+        return worst
+
+    pgq = worst_ratio({"pgqueuer"})
+    if pgq:
+        r, who, (n, c) = pgq
         out.append(
-            f"- single enqueue ≥ {TARGETS['single']:,}/s: {s:,.0f}/s — "
-            f"{'met' if s >= TARGETS['single'] else 'not met'}"
+            f"- drain ≥ {TARGETS['pgqueuer_ratio']:.1f}× pgqueuer in every cell (its fastest "
+            f"durable setting is *fast*): smallest {r:.2f}× ({who}, {n:,} jobs, concurrency {c}) "
+            f"— {met(r >= TARGETS['pgqueuer_ratio'])}"
         )
-    if b:
+    others = {s for s, _ in R.variants("drain", db)} - {"jobsite", "pgqueuer"}
+    rest = worst_ratio(others)
+    if rest:
+        r, who, (n, c) = rest
         out.append(
-            f"- bulk enqueue ≥ {TARGETS['bulk']:,}/s: {b:,.0f}/s — "
-            f"{'met' if b >= TARGETS['bulk'] else 'not met'}"
+            f"- drain ≥ {TARGETS['peer_ratio']}× each other peer ({', '.join(sorted(others))}), "
+            f"with its fast settings: smallest {r:.1f}× ({who}, {n:,} jobs, concurrency {c}) — "
+            f"{met(r >= TARGETS['peer_ratio'])}"
+        )
+    n = R.meta.get("plan", {}).get("enqueue_n")
+    b = R.median("bulk_per_s", "enqueue", db, "jobsite", n=n)
+    b_pgq = R.median("bulk_per_s", "enqueue", db, "pgqueuer", n=n)
+    if b and b_pgq:
+        out.append(
+            f"- `enqueue_many` ≥ {TARGETS['pgqueuer_ratio']:.1f}× pgqueuer's batch insert: "
+            f"{b:,.0f} against {b_pgq:,.0f}/s = {b / b_pgq:.2f}× — "
+            f"{met(b / b_pgq >= TARGETS['pgqueuer_ratio'])}"
         )
     lat = [
         r
@@ -491,13 +505,12 @@ def targets(R):
         p99 = statistics.median(r["p99_ms"] for r in lat)
         out.append(
             f"- wake-up p50 ≤ {TARGETS['p50']} ms / p99 ≤ {TARGETS['p99']} ms: "
-            f"{p50:.1f} / {p99:.1f} ms — "
-            f"{'met' if p50 <= TARGETS['p50'] and p99 <= TARGETS['p99'] else 'not met'}"
+            f"{p50:.1f} / {p99:.1f} ms — {met(p50 <= TARGETS['p50'] and p99 <= TARGETS['p99'])}"
         )
     plan = R.meta.get("plan", {})
     rn, rc = plan.get("retry_n"), plan.get("retry_concurrency")
     f = R.median("jobs_per_s", "retry_flaky", db, "jobsite", n=rn, c=rc)
-    base_cells = [cell for cell in R.cells("drain", db) if cell[1] == rc]
+    base_cells = [cell for cell in cells if cell[1] == rc]
     if f and base_cells:
         n0 = min(cell[0] for cell in base_cells)
         base = R.median("jobs_per_s", "drain", db, "jobsite", n=n0, c=rc)
@@ -505,9 +518,15 @@ def targets(R):
             out.append(
                 f"- retry-heavy ≥ {TARGETS['retry_share']:.0%} of the no-op drain: "
                 f"{f:,.0f} of {base:,.0f} jobs/s = {f / base:.0%} — "
-                f"{'met' if f / base >= TARGETS['retry_share'] else 'not met'}"
+                f"{met(f / base >= TARGETS['retry_share'])}"
             )
-    out.append("")
+    out += [
+        "",
+        "The single-enqueue target (≥ 0.8× a raw one-row `INSERT` loop), the SQLite drain "
+        "against its naive loop, memory and scale are measured by `bench/baseline.py` and "
+        "`bench/scale.py`; see the sections above.",
+        "",
+    ]
     return out
 
 
