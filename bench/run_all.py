@@ -41,6 +41,10 @@ FULL = {
     "retry_concurrency": 4,
     "retry_cap": 20,
     "sqlite_drain": [(10_000, [1, 2, 4], 15)],
+    "mixed_n": 600,  # 1/10/100 ms jobs: 37 ms on average, ~108 jobs/s at best at concurrency 4
+    "mixed_concurrency": 4,
+    "mixed_pace": 60,  # jobs/s arriving, ~55 % of that best
+    "mixed_cap": 30,
 }
 QUICK = {
     "rounds": 1,
@@ -53,6 +57,10 @@ QUICK = {
     "retry_concurrency": 4,
     "retry_cap": 10,
     "sqlite_drain": [(2000, [1, 4], 5)],
+    "mixed_n": 150,
+    "mixed_concurrency": 4,
+    "mixed_pace": 60,
+    "mixed_cap": 10,
 }
 
 # Which configurations take part in which scenario. Enqueueing does not depend on the worker
@@ -92,8 +100,17 @@ PG_RETRY = [
     ("django-q2", "default"),
     ("pgqueuer", "default"),
 ]
+# The mixed workload: each system with its fastest setting (and pgqueuer's default as well).
+PG_MIXED = [
+    ("jobsite", "default"),
+    ("django-tasks-db", "fast-persistent"),
+    ("procrastinate", "default"),
+    ("django-q2", "fast-persistent"),
+    ("pgqueuer", "default"),
+    ("pgqueuer", "fast"),
+]
 SQLITE = [("jobsite", "default"), ("django-tasks-db", "default"), ("django-tasks-db", "fast")]
-SCENARIOS = ["enqueue", "drain", "latency", "retry", "sqlite"]
+SCENARIOS = ["enqueue", "drain", "latency", "retry", "mixed", "sqlite"]
 
 
 def ensure_venv(name, requirements):
@@ -335,10 +352,36 @@ def main():
                         cap=cap,
                     )
 
+    if "mixed" in scenarios:
+        vs = setup(variants(PG_MIXED))
+        loads["mixed"] = os.getloadavg()
+        n, c = plan["mixed_n"], plan["mixed_concurrency"]
+        pace, cap = plan["mixed_pace"], plan["mixed_cap"]
+        h.log(
+            f"== (5) mixed 1/10/100 ms jobs, concurrency {c}: {n:,} pre-enqueued, then {n:,} "
+            f"arriving at {pace}/s; PostgreSQL"
+        )
+        for rnd in range(rounds):
+            h.log(f"-- round {rnd + 1}/{rounds}")
+            for v in vs:
+                h.attempt(
+                    run, f"mixed drain {v.label}", h.measure_drain, v, n, c, rnd, "mixed", cap=cap
+                )
+                h.attempt(
+                    run,
+                    f"mixed paced {v.label}",
+                    h.measure_latency,
+                    v,
+                    n,
+                    rnd,
+                    concurrency=c,
+                    pace=pace,
+                )
+
     if "sqlite" in scenarios:
         vs = setup(variants(SQLITE, db="sqlite"))
         loads["sqlite"] = os.getloadavg()
-        h.log("== (5) SQLite: jobsite against django-tasks-db")
+        h.log("== (6) SQLite: jobsite against django-tasks-db")
         for rnd in range(rounds):
             h.log(f"-- enqueue, round {rnd + 1}/{rounds}")
             for v in vs:

@@ -7,7 +7,9 @@ executions per job id from that log (exactly-once check) and takes the drain rat
 enqueue-to-start latency from its timestamps, the same way for every system.
 
 BENCH_MODE selects the job's behaviour: "ok" (no-op), "flaky" (the first execution of each job
-id raises, later ones succeed: a marker file created with O_EXCL decides), "fail" (always raises).
+id raises, later ones succeed: a marker file created with O_EXCL decides), "fail" (always raises),
+"mixed" (job i sleeps 1, 10 or 100 ms by i % 3, after its start is logged). BENCH_PACE (jobs/s),
+when set, makes `latency_loop` enqueue at that steady rate instead of one job after another.
 """
 
 import json
@@ -18,6 +20,7 @@ from pathlib import Path
 
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
 IDLE_GAP = (0.010, 0.030)  # seconds between one job's start and the next enqueue (uniform)
+MIX = (0.001, 0.010, 0.100)  # the mixed workload's job durations, in turn
 _fd = None
 
 
@@ -32,6 +35,9 @@ def run_job(i):
     os.write(_fd, b"%d %.6f\n" % (i, time.time()))
     mode = os.environ.get("BENCH_MODE", "ok")
     if mode == "ok":
+        return None
+    if mode == "mixed":
+        time.sleep(MIX[i % len(MIX)])
         return None
     if mode == "flaky":
         try:
@@ -125,10 +131,13 @@ def timed_calls(call, ids, cap=None):
 
 def latency_loop(n, enqueue_one, log_path, timeout=30.0):
     """Enqueue n jobs one after another into an idle worker, each after the previous one
-    started. Returns the wall-clock enqueue timestamps (the harness pairs them with the
-    execution log's start times)."""
+    started (or, with BENCH_PACE set, at that steady rate). Returns the wall-clock enqueue
+    timestamps (the harness pairs them with the execution log's start times)."""
     import random
 
+    pace = float(os.environ.get("BENCH_PACE") or 0)
+    if pace:
+        return paced_loop(n, enqueue_one, log_path, pace, timeout)
     rng = random.Random(0)
     stamps = []
     size = os.path.getsize(log_path) if os.path.exists(log_path) else 0
@@ -147,3 +156,36 @@ def latency_loop(n, enqueue_one, log_path, timeout=30.0):
                 raise SystemExit(f"job {i} was not started within {timeout} s")
             time.sleep(0.0002)
     return stamps
+
+
+def paced_loop(n, enqueue_one, log_path, pace, timeout=30.0):
+    """Enqueue the first job and wait for it to start (the workers are up), then each next one
+    at `pace` jobs/s whether or not earlier ones started; wait until all n have started."""
+    stamps = [time.time()]
+    enqueue_one(0)
+    wait_for_starts(1, log_path, timeout)
+    begin = time.monotonic()
+    for i in range(1, n):
+        delay = begin + i / pace - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        stamps.append(time.time())
+        enqueue_one(i)
+    wait_for_starts(n, log_path, timeout)
+    return stamps
+
+
+def wait_for_starts(n, log_path, timeout):
+    deadline = time.monotonic() + timeout
+    while started(log_path) < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {started(log_path)} of {n} jobs started within {timeout} s")
+        time.sleep(0.01)
+
+
+def started(log_path):
+    try:
+        with open(log_path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0

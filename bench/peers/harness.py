@@ -411,8 +411,8 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     mark.mkdir()
     exec_path = scratch / "exec.log"
     env = variant.env(mode=mode, concurrency=concurrency, exec_log=exec_path, mark_dir=mark)
-    task = "noop" if mode == "ok" else "retried"
-    per_job = {"ok": 1, "flaky": 2, "fail": 3}[mode]
+    task = "retried" if mode in ("flaky", "fail") else "noop"
+    per_job = {"ok": 1, "mixed": 1, "flaky": 2, "fail": 3}[mode]
     fill = prefill(run, variant, n, task)
     # Retry runs: the harness stops the workers (a burst worker may exit while the last
     # retries are being scheduled, which would not be the system's fault).
@@ -422,7 +422,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
         n * per_job,
         env,
         timeout,
-        burst=mode == "ok",
+        burst=mode in ("ok", "mixed"),
         logfile=scratch / "worker.log",
         cap=cap,
     )
@@ -434,7 +434,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     span = max(times) - min(times)
     completed = sum(1 for c in counts.values() if c == per_job)
     rate = completed / span if span > 0 else float("inf")
-    scenario = {"ok": "drain", "flaky": "retry_flaky", "fail": "retry_dead"}[mode]
+    scenario = SCENARIO_OF_MODE[mode]
     rec = {
         "scenario": scenario,
         "system": variant.name,
@@ -457,7 +457,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     }
     run.record(rec)
     flag(run, f"{scenario} {n} c{concurrency} {variant.label} ({variant.db})", variant, problems)
-    unit = {"ok": "jobs/s", "flaky": "jobs/s (logical)", "fail": "dead letters/s"}[mode]
+    unit = {"flaky": "jobs/s (logical)", "fail": "dead letters/s"}.get(mode, "jobs/s")
     how = f"capped at {cap:.0f} s: {completed:,}/{n:,} done" if w["capped"] else f"all {n:,} done"
     log(
         f"   {variant.label:28s} {rate:>9,.0f} {unit:16s} span {span:6.2f} s  "
@@ -466,12 +466,25 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     )
 
 
-def measure_latency(run, variant, n, rnd, warmup=5):
+SCENARIO_OF_MODE = {
+    "ok": "drain",
+    "mixed": "mixed_drain",
+    "flaky": "retry_flaky",
+    "fail": "retry_dead",
+}
+
+
+def measure_latency(run, variant, n, rnd, warmup=5, concurrency=1, pace=None):
+    """Enqueue to start, into an idle worker; with `pace` (jobs/s), the mixed workload arriving
+    at that steady rate at `concurrency`."""
     scratch = run.scratch()
     exec_path = scratch / "exec.log"
-    env = variant.env(exec_log=exec_path)
+    mode = "mixed" if pace else "ok"
+    env = variant.env(mode=mode, concurrency=concurrency, exec_log=exec_path)
+    if pace:
+        env["BENCH_PACE"] = str(pace)
     variant.driver("reset", env=env)
-    cmds = variant.spec.worker_cmds(variant.config, 1, burst=False)
+    cmds = variant.spec.worker_cmds(variant.config, concurrency, burst=False)
     out = open(scratch / "worker.log", "ab")  # noqa: SIM115 - closed after the worker exits
     procs = [
         subprocess.Popen(
@@ -493,13 +506,16 @@ def measure_latency(run, variant, n, rnd, warmup=5):
     lat = sorted((starts[i] - stamps[i]) * 1000 for i in range(warmup, n + warmup))
     p50 = statistics.median(lat)
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    scenario = "mixed_paced" if pace else "latency"
     run.record(
         {
-            "scenario": "latency",
+            "scenario": scenario,
             "system": variant.name,
             "config": variant.config,
             "db": variant.db,
             "n": n,
+            "concurrency": concurrency,
+            "pace": pace,
             "round": rnd,
             "p50_ms": p50,
             "p99_ms": p99,
@@ -508,7 +524,7 @@ def measure_latency(run, variant, n, rnd, warmup=5):
             "problems": problems,
         }
     )
-    flag(run, f"latency {variant.label} ({variant.db})", variant, problems)
+    flag(run, f"{scenario} {variant.label} ({variant.db})", variant, problems)
     log(
         f"   {variant.label:28s} p50 {p50:8.2f} ms  p99 {p99:8.2f} ms  max {lat[-1]:8.1f} ms"
         f"  ({n} jobs)"

@@ -116,15 +116,21 @@ def latency(n, task="noop"):
     import random
     import time
 
-    from bench.peers.common import IDLE_GAP
+    from bench.peers.common import IDLE_GAP, wait_for_starts
 
     log_path = os.environ["BENCH_EXEC_LOG"]
+    pace = float(os.environ.get("BENCH_PACE") or 0)  # as common.latency_loop, in asyncio
 
     async def go():
         conn, q = await _queries()
         stamps, size = [], os.path.getsize(log_path) if os.path.exists(log_path) else 0
-        rng = random.Random(0)
+        rng, begin = random.Random(0), time.monotonic()
         for i in range(n):
+            if pace and i:  # the first job waits for its start: the workers are up
+                await asyncio.sleep(max(0.0, begin + i / pace - time.monotonic()))
+                stamps.append(time.time())
+                await q.enqueue(task, str(i).encode())
+                continue
             await asyncio.sleep(rng.uniform(*IDLE_GAP))
             t0 = time.time()
             await q.enqueue(task, str(i).encode())
@@ -138,7 +144,10 @@ def latency(n, task="noop"):
                 if time.monotonic() > deadline:
                     raise SystemExit(f"job {i} was not started within 30 s")
                 await asyncio.sleep(0.0002)
+            begin = time.monotonic()
         await conn.close()
+        if pace:
+            wait_for_starts(n, log_path, 30)
         return stamps
 
     return {"stamps": _run(go())}
