@@ -71,6 +71,16 @@ class SQLiteEngine(Engine):
             value = value.astimezone(UTC).replace(tzinfo=None)
         return str(value)
 
+    # --- claim --------------------------------------------------------------------------------
+
+    def claim_source(self, queue_filter: str) -> str:
+        # Without statistics the planner reads the claimable rows by `state` from a console
+        # index and sorts all of them on every claim (21 ms per claim over 10,000 pending jobs,
+        # growing with the backlog). The claim indexes (jobs.models) are already in claim
+        # order: the claim reads LIMIT rows from one and stops.
+        index = "job_claimable_queue" if queue_filter else "job_claimable"
+        return f"{JOB} INDEXED BY {index}"
+
     # --- enqueue ------------------------------------------------------------------------------
 
     def insert_job(self, row: dict) -> None:
