@@ -47,8 +47,9 @@ def _sqlite_after(seconds) -> str:
 @receiver(connection_created)
 def _register_sqlite_clock(sender, connection, **kwargs):
     if connection.vendor == "sqlite":
-        # Deterministic: SQLite then reads the clock once per statement, not once per row (as
-        # PostgreSQL's now() does per transaction); a claim of 200 jobs called it 600 times.
+        # Deterministic: SQLite then reads the clock once per run of a statement, not once per
+        # row (one value per statement, as PostgreSQL's now() is one per transaction); a claim
+        # of 200 jobs over 1,000 pending ones called back into Python 1,400 times.
         connection.connection.create_function("jobsite_now", 0, _sqlite_now, deterministic=True)
         connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
 
