@@ -101,6 +101,20 @@ def naive(n, *, temporary=False):
     return inserts, rate
 
 
+def sqlite_pragmas():
+    """The connection settings both sides run with (the project's OPTIONS: one connection
+    set-up for the naive loop, which runs on Django's connection, and for the worker)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        found = []
+        for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys"):
+            cursor.execute(f"PRAGMA {name}")
+            found.append(f"{name}={cursor.fetchone()[0]}")
+    found.append(f"transaction_mode={connection.transaction_mode}")
+    return " ".join(found)
+
+
 def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None, env=None):
     """Enqueue n jobs in bulk, then time burst workers over them from first start to last end."""
     from django.tasks import task_backends  # noqa: F401  (the backend must be loaded)
@@ -244,6 +258,8 @@ def main():
     url = scratch_database(args.db)
     setup_django(url)
     log(f"== {args.db}: {args.jobs} jobs, worker --concurrency {args.concurrency}")
+    if args.db == "sqlite":
+        log(f"SQLite settings of the naive loop and of jobsite's worker alike: {sqlite_pragmas()}")
     naive_insert, naive_drain = naive(args.jobs)
     log(f"naive loop: {naive_insert:,.0f} inserts/s, {naive_drain:,.0f} claims+completions/s")
     temp_insert = temp_drain = None

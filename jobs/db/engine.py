@@ -169,11 +169,15 @@ class Engine:
             sql = self._claim_sql[queue_filter] = self.build_claim_sql(queue_filter)
             return sql
 
+    def claim_source(self, queue_filter: str) -> str:
+        """The table a claim reads due jobs from (SQLite names the index to read it by)."""
+        return JOB
+
     def build_claim_sql(self, queue_filter: str) -> str:
         return f"""
         UPDATE {JOB} SET {self.claim_sets()}
         WHERE id IN (
-            SELECT id FROM {JOB}
+            SELECT id FROM {self.claim_source(queue_filter)}
             WHERE state IN ({sql_in(CLAIMABLE)}) AND run_after <= {self.now}
               AND attempt < max_attempts
               AND (not_after IS NULL OR not_after > {self.now}) {queue_filter}

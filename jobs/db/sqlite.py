@@ -47,8 +47,11 @@ def _sqlite_after(seconds) -> str:
 @receiver(connection_created)
 def _register_sqlite_clock(sender, connection, **kwargs):
     if connection.vendor == "sqlite":
-        connection.connection.create_function("jobsite_now", 0, _sqlite_now)
-        connection.connection.create_function("jobsite_after", 1, _sqlite_after)
+        # Deterministic: SQLite then reads the clock once per run of a statement, not once per
+        # row (one value per statement, as PostgreSQL's now() is one per transaction); a claim
+        # of 200 jobs over 1,000 pending ones called back into Python 1,400 times.
+        connection.connection.create_function("jobsite_now", 0, _sqlite_now, deterministic=True)
+        connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
 
 
 class SQLiteEngine(Engine):
@@ -70,6 +73,16 @@ class SQLiteEngine(Engine):
         if value.tzinfo:
             value = value.astimezone(UTC).replace(tzinfo=None)
         return str(value)
+
+    # --- claim --------------------------------------------------------------------------------
+
+    def claim_source(self, queue_filter: str) -> str:
+        # Without statistics the planner reads the claimable rows by `state` from a console
+        # index and sorts all of them on every claim (21 ms per claim over 10,000 pending jobs,
+        # growing with the backlog). The claim indexes (jobs.models) are already in claim
+        # order: the claim reads LIMIT rows from one and stops.
+        index = "job_claimable_queue" if queue_filter else "job_claimable"
+        return f"{JOB} INDEXED BY {index}"
 
     # --- enqueue ------------------------------------------------------------------------------
 

@@ -1,0 +1,31 @@
+"""What only the SQLite engine does (jobs/db/sqlite.py)."""
+
+import pytest
+from django.db import connection
+
+from jobs import db
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="the SQLite engine's own statements"
+)
+
+
+def claim_plan(queues):
+    engine = db.engine()
+    queue_filter, queue_params = engine.queue_filter(queues)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN QUERY PLAN " + engine.claim_sql(queue_filter),
+            [engine.uuid_value("0" * 32), 60.0, "w", *queue_params, 10],
+        )
+        return [row[3] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "queues, index", [(None, "job_claimable"), (["default"], "job_claimable_queue")]
+)
+def test_a_claim_reads_due_jobs_in_claim_order_from_a_claim_index(queues, index):
+    plan = claim_plan(queues)
+    assert any(f"USING INDEX {index}" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
