@@ -20,12 +20,14 @@ then VACUUM ANALYZE, as autovacuum would have run by then.
    (--rounds each); rate = N / (first attempt's start to last finish), every measured job checked
    to have run exactly once; then the measured jobs are deleted and the tables vacuumed. Target:
    full / empty >= 0.8.
-2. claim latency: --latency-jobs no-op jobs drained by one worker on the full table (no vacuum
-   after enqueueing: autovacuum does what it does). Meanwhile a probe times the engine's own
+2. claim latency: --latency-jobs no-op jobs drained by one worker on the full table (or
+   --latency-on empty / both), with no vacuum after enqueueing: autovacuum does what it does
+   (check that the server runs it: `SHOW autovacuum`). Meanwhile a probe times the engine's own
    claim (jobs.db.claim, same statement and prepared-statement path as the worker's, limit =
-   concurrency) every --probe-interval s, in a transaction it rolls back. Reports p50/p95 of the
-   probe in the first and last 10% of the drain (by jobs finished), the drain rate per window of
-   a tenth of the jobs, and pg_stat_user_tables of jobs_job at start and end. Target: no slowdown.
+   concurrency) every --probe-interval s, in a transaction it rolls back, and stops once fewer
+   jobs than that remain. Reports p50/p95 of the probe in the first and last 10% of the drain
+   (by jobs finished), the drain rate per tenth of the jobs, and pg_stat_user_tables of
+   jobs_job at start and end. Target: no slowdown.
 
 Exits non-zero on a failed check. Not part of the test suite.
 """
@@ -86,7 +88,7 @@ def vacuum():
     sql("VACUUM ANALYZE")
 
 
-def fill(jobs):
+def fill(jobs, live_priority=0):
     from jobs.states import CLAIMABLE
 
     started = time.perf_counter()
@@ -94,9 +96,9 @@ def fill(jobs):
     fill_jobs(jobs, jobs_sql(SCALE_STATES, running=0))
     log(f"  rows and attempts in {time.perf_counter() - started:.0f} s; moving live rows ahead ...")
     sql(
-        "UPDATE jobs_job SET run_after = now() + interval '1 hour' + random() * interval '30 days'"
-        " WHERE state = ANY(%s)",
-        [list(CLAIMABLE)],
+        "UPDATE jobs_job SET run_after = now() + interval '1 hour' + random() * interval '30 days',"
+        " priority = %s WHERE state = ANY(%s)",
+        [live_priority, list(CLAIMABLE)],
     )
     log("  VACUUM ANALYZE ...")
     vacuum()
@@ -295,7 +297,7 @@ def percentiles(values):
     return statistics.median(values), statistics.quantiles(values, n=20, method="inclusive")[18]
 
 
-def report_latency(samples, finished, first, before, after, n):
+def report_latency(samples, finished, first, before, after, n, table):
     t10, t90 = finished[len(finished) // 10], finished[len(finished) * 9 // 10]
     early = [ms for t, ms in samples if first <= t <= t10]
     late = [ms for t, ms in samples if t >= t90]
@@ -303,7 +305,7 @@ def report_latency(samples, finished, first, before, after, n):
     rates = windows(finished, first)
     total = n / (finished[-1] - first).total_seconds()
     print()
-    print(f"claim latency through a {n:,}-job drain ({len(samples)} probes)")
+    print(f"claim latency through a {n:,}-job drain on the {table} ({len(samples)} probes)")
     print("| part of the drain | probes | p50 ms | p95 ms |")
     print("|---|---:|---:|---:|")
     print(f"| first 10% | {len(early)} | {p50a:.2f} | {p95a:.2f} |")
@@ -342,9 +344,21 @@ def main():
     parser.add_argument("--latency-jobs", type=int, help="jobs of the latency drain (100,000)")
     parser.add_argument("--rounds", type=int, default=2, help="drains per table, interleaved")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--probe-interval", type=float, default=0.25, help="seconds")
+    parser.add_argument("--probe-interval", type=float, default=0.1, help="seconds")
     parser.add_argument("--only", choices=["drain", "latency"], help="run one scenario")
+    parser.add_argument(
+        "--latency-on",
+        choices=["full", "empty", "both"],
+        default="full",
+        help="the table of the latency drain (both: the full one, then the empty one)",
+    )
     parser.add_argument("--explain", action="store_true", help="print the claim's plan")
+    parser.add_argument(
+        "--live-priority",
+        type=int,
+        default=0,
+        help="priority of the live rows not yet due (the measured jobs have 0)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
     args = parser.parse_args()
     fill_n = args.fill or (100_000 if args.quick else 1_000_000)
@@ -359,7 +373,7 @@ def main():
 
         use_database(FULL)
         call_command("migrate", verbosity=0)
-        fill(fill_n)
+        fill(fill_n, args.live_priority)
         result = {}
         if args.only != "latency":
             rates = {EMPTY: [], FULL: []}
@@ -385,9 +399,15 @@ def main():
             print(f"\nfull / empty = {ratio:.2f} (target >= {TARGET_RATIO}: {flag})")
             result.update(empty=empty, full=full, ratio=ratio)
         if args.only != "drain":
-            log(f"latency drain on the {fill_n:,}-job table ...")
-            outcome = latency(FULL, latency_n, args.concurrency, args.probe_interval, args.explain)
-            result.update(report_latency(*outcome, latency_n))
+            tables = {"full": FULL, "empty": EMPTY}
+            for key in ("full", "empty") if args.latency_on == "both" else (args.latency_on,):
+                table = "empty table" if key == "empty" else f"{fill_n:,}-job table"
+                log(f"latency drain on the {table} ...")
+                outcome = latency(
+                    tables[key], latency_n, args.concurrency, args.probe_interval, args.explain
+                )
+                found = report_latency(*outcome, latency_n, table)
+                result.update({f"{key}_{k}": v for k, v in found.items()})
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"\nload average {load} on {os.cpu_count()} CPUs")
         print("RESULT " + " ".join(f"{k}={v:.2f}" for k, v in result.items()))
