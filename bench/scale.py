@@ -375,6 +375,10 @@ def main():
         call_command("migrate", verbosity=0)
         fill(fill_n, args.live_priority)
         result = {}
+        if args.explain and args.only == "drain":
+            enqueue(args.concurrency)
+            log(f"claim plan on the {fill_n:,}-job table:\n" + explain_claim(args.concurrency))
+            measured().delete()
         if args.only != "latency":
             rates = {EMPTY: [], FULL: []}
             for i in range(args.rounds):
