@@ -19,7 +19,9 @@ then VACUUM ANALYZE, as autovacuum would have run by then.
    `manage.py worker --burst --concurrency 4`, on the empty and on the full table, interleaved
    (--rounds each); rate = N / (first attempt's start to last finish), every measured job checked
    to have run exactly once; then the measured jobs are deleted and the tables vacuumed. Target:
-   full / empty >= 0.8.
+   full / empty >= 0.8. The table is ANALYZEd between enqueueing and draining: an empty table's
+   statistics, taken while it was empty, make the planner sort every due job at each claim
+   instead of walking the claim index (see --latency-on empty); --stale-stats leaves them.
 2. claim latency: --latency-jobs no-op jobs drained by one worker on the full table (or
    --latency-on empty / both), with no vacuum after enqueueing: autovacuum does what it does
    (check that the server runs it: `SHOW autovacuum`). Meanwhile a probe times the engine's own
@@ -178,12 +180,14 @@ def clear_measured():
     vacuum()
 
 
-def drain(name, n, concurrency):
+def drain(name, n, concurrency, analyze):
     from jobs.models import Attempt
 
     use_database(name)
     attempts_before = Attempt.objects.count()
     enqueue(n)
+    if analyze:
+        sql("ANALYZE jobs_job")
     wait(start_worker(name, concurrency))
     check_exactly_once(n, attempts_before)
     first, last = span()
@@ -352,6 +356,11 @@ def main():
         default="full",
         help="the table of the latency drain (both: the full one, then the empty one)",
     )
+    parser.add_argument(
+        "--stale-stats",
+        action="store_true",
+        help="no ANALYZE between enqueueing and draining (see the module's docstring)",
+    )
     parser.add_argument("--explain", action="store_true", help="print the claim's plan")
     parser.add_argument(
         "--live-priority",
@@ -384,7 +393,7 @@ def main():
             for i in range(args.rounds):
                 for name in (EMPTY, FULL):
                     log(f"drain {i + 1}/{args.rounds}, {name}: {n:,} jobs ...")
-                    rates[name].append(drain(name, n, args.concurrency))
+                    rates[name].append(drain(name, n, args.concurrency, not args.stale_stats))
                     log(f"  {rates[name][-1]:,.0f} jobs/s")
             empty, full = statistics.mean(rates[EMPTY]), statistics.mean(rates[FULL])
             print()
