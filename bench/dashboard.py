@@ -69,14 +69,17 @@ def sql_array(values):
     return "(ARRAY[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "])"
 
 
-JOBS_SQL = f"""
+def jobs_sql(states=STATES_SQL, running=32):
+    """The fill: `states` is a CASE over b (0-999) naming each row's state, and the `running`
+    newest rows are running instead."""
+    return f"""
 WITH base AS (
     SELECT g, (g::bigint * 7919) %% 1000 AS b, now() - g * interval '600 milliseconds' AS enq
     FROM generate_series(1, %(jobs)s) AS g
 ), rows AS (
     SELECT g, enq,
            -- As many running jobs as the 8 workers x 4 slots can hold, the newest.
-           CASE WHEN g <= 32 THEN 'running' ELSE {STATES_SQL} END AS state,
+           CASE WHEN g <= {running} THEN 'running' ELSE {states} END AS state,
            {sql_array(TASKS)}[1 + g %% 12] AS task,
            {sql_array(QUEUES)}[1 + (g / 7) %% 5] AS queue,
            1 + (g / 3) %% 6 AS err
@@ -114,6 +117,9 @@ SELECT
 FROM rows
 """
 
+
+JOBS_SQL = jobs_sql()
+
 ATTEMPTS_SQL = """
 INSERT INTO jobs_attempt (
     job_id, number, worker_id, started_at, finished_at, outcome, error_type, error_message,
@@ -145,6 +151,27 @@ def recreate_database(server, name):
         admin.execute(f'CREATE DATABASE "{name}"')
 
 
+def fill_jobs(jobs, sql):
+    """Insert `jobs` rows with the fill statement `sql` (see jobs_sql), and their attempts."""
+    from django.db import connection
+
+    tracebacks = [
+        TRACEBACK.format(task=TASKS[i % len(TASKS)], error=e, message=m)
+        for i, (e, m) in enumerate(ERRORS)
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "jobs": jobs,
+                "errors": [e for e, _ in ERRORS],
+                "messages": [m for _, m in ERRORS],
+                "tracebacks": tracebacks,
+            },
+        )
+        cursor.execute(ATTEMPTS_SQL)
+
+
 def populate(jobs):
     from django.contrib.auth.models import Permission, User
     from django.core.management import call_command
@@ -155,21 +182,7 @@ def populate(jobs):
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()
-    tracebacks = [
-        TRACEBACK.format(task=TASKS[i % len(TASKS)], error=e, message=m)
-        for i, (e, m) in enumerate(ERRORS)
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            JOBS_SQL,
-            {
-                "jobs": jobs,
-                "errors": [e for e, _ in ERRORS],
-                "messages": [m for _, m in ERRORS],
-                "tracebacks": tracebacks,
-            },
-        )
-        cursor.execute(ATTEMPTS_SQL)
+    fill_jobs(jobs, JOBS_SQL)
     now = timezone.now()
     WorkerNode.objects.bulk_create(
         WorkerNode(
