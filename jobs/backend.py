@@ -1,5 +1,6 @@
 """The django.tasks backend that stores jobs in the database for `manage.py worker`."""
 
+import logging
 import uuid
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from .compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    reaches_anyone,
     task_enqueued,
 )
 from .errors import DuplicateJob
@@ -137,7 +139,8 @@ class JobsBackend(BaseTaskBackend):
                 if row["state"] == JobState.CANCELLED:
                     db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
-        task_enqueued.send(type(self), task_result=result)
+        if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
+            task_enqueued.send(type(self), task_result=result)
         if self.eager:
             from .eager import run_inline
 
