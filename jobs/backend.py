@@ -20,6 +20,7 @@ from .compat import (
     task_enqueued,
 )
 from .errors import DuplicateJob
+from .ids import new_job_id
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
@@ -109,7 +110,7 @@ class JobsBackend(BaseTaskBackend):
         args = payload.check_json(list(args), "args")
         kwargs = payload.check_json(dict(kwargs), "kwargs")
         return {
-            "id": uuid.uuid4(),
+            "id": new_job_id(),
             "task_path": task.module_path,
             "backend": self.alias,
             "args": args,
@@ -155,7 +156,7 @@ class JobsBackend(BaseTaskBackend):
         template = self._row(task, (), {})
         batch = [
             (
-                uuid.uuid4(),
+                new_job_id(),
                 payload.check_json(list(args), "args"),
                 payload.check_json(dict(kwargs), "kwargs"),
             )
