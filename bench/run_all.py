@@ -11,6 +11,8 @@ scenario interleaved across systems (A, B, C, A, B, C ...) for several rounds, c
 every job ran exactly once (or exactly as often as its retries demand) and nothing was left
 running, then writes medians into bench/README.md ("## Side by side") and bench/chart.png.
 Raw results: bench/results/run-<stamp>/results.json (git-ignored). Never part of the tests.
+BENCH_DB_PREFIX=x_ names the PostgreSQL databases x_bench_<name> (likewise bench/throughput.py's
+and bench/baseline.py's x_jobsite_bench), for runs that share one server.
 """
 
 import argparse

@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = "postgres://postgres@127.0.0.1:5432/postgres"
+# Prepended to the scratch database's name, so runs sharing one server keep apart.
+BENCH_DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "")
 
 
 def log(text):
@@ -32,10 +34,11 @@ def scratch_database(kind):
         return f"sqlite:///{path}"
     import psycopg
 
+    name = BENCH_DB_PREFIX + "jobsite_bench"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS jobsite_bench WITH (FORCE)")
-        conn.execute("CREATE DATABASE jobsite_bench")
-    return "postgres://postgres@127.0.0.1:5432/jobsite_bench"
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgres://postgres@127.0.0.1:5432/{name}"
 
 
 def setup_django(url):

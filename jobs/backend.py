@@ -1,5 +1,6 @@
 """The django.tasks backend that stores jobs in the database for `manage.py worker`."""
 
+import logging
 import uuid
 from datetime import datetime
 
@@ -15,9 +16,11 @@ from .compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    reaches_anyone,
     task_enqueued,
 )
 from .errors import DuplicateJob
+from .ids import new_job_id
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
@@ -107,7 +110,7 @@ class JobsBackend(BaseTaskBackend):
         args = payload.check_json(list(args), "args")
         kwargs = payload.check_json(dict(kwargs), "kwargs")
         return {
-            "id": uuid.uuid4(),
+            "id": new_job_id(),
             "task_path": task.module_path,
             "backend": self.alias,
             "args": args,
@@ -137,7 +140,8 @@ class JobsBackend(BaseTaskBackend):
                 if row["state"] == JobState.CANCELLED:
                     db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
-        task_enqueued.send(type(self), task_result=result)
+        if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
+            task_enqueued.send(type(self), task_result=result)
         if self.eager:
             from .eager import run_inline
 
@@ -152,7 +156,7 @@ class JobsBackend(BaseTaskBackend):
         template = self._row(task, (), {})
         batch = [
             (
-                uuid.uuid4(),
+                new_job_id(),
                 payload.check_json(list(args), "args"),
                 payload.check_json(dict(kwargs), "kwargs"),
             )

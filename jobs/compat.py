@@ -6,6 +6,8 @@ console import of the framework goes through this module, so the rest of the cod
 once against Django's names.
 """
 
+import sys
+
 try:
     from django.tasks import (
         Task,
@@ -34,6 +36,28 @@ except ImportError:  # Django < 6.0: the backport.
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
 
+def reaches_anyone(signal, sender, level) -> bool:
+    """Whether sending `signal` would do anything: a receiver of the project's listens, or the
+    framework's own log receiver does and its logger would write at `level`.
+
+    Most projects have only the framework's receivers, logging at DEBUG or INFO to a logger set
+    to WARNING: for them the executors skip the TaskResult and the two signals per attempt, and
+    an enqueue skips its task_enqueued.
+    """
+    sync, asynchronous = signal._live_receivers(sender)
+    for receiver in (*sync, *asynchronous):
+        module = getattr(receiver, "__module__", None)
+        if module not in FRAMEWORK_SIGNALS or not receiver.__name__.startswith("log_"):
+            return True
+        if sys.modules[module].logger.isEnabledFor(level):
+            return True
+    return False
+
+
+# The framework's signals modules: Django's, and the backport's (Django 5.2).
+FRAMEWORK_SIGNALS = frozenset({"django.tasks.signals", "django_tasks.signals"})
+
+
 __all__ = [
     "BaseTaskBackend",
     "InvalidTask",
@@ -43,6 +67,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "reaches_anyone",
     "task",
     "task_backends",
     "task_enqueued",

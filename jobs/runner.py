@@ -8,10 +8,9 @@ attempt planned here, where the exception still exists.
 import inspect
 import json
 import logging
-import sys
 
 from . import payload
-from .compat import TaskResult, TaskResultStatus, task_finished, task_started
+from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
 from .errors import PoisonJob, Unrecoverable
 from .errortext import describe
@@ -77,27 +76,6 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
         return _failed(claimed, exc, "error", started, stop_reason=DeadLetterReason.UNRECOVERABLE)
 
 
-def _reaches_anyone(signal, sender, level) -> bool:
-    """Whether sending `signal` would do anything: a receiver of the project's listens, or the
-    framework's own log receiver does and its logger would write at `level`.
-
-    Most workers have only the framework's receivers, logging at INFO to a logger set to
-    WARNING: for them the TaskResult and the two signals per attempt are skipped.
-    """
-    sync, asynchronous = signal._live_receivers(sender)
-    for receiver in (*sync, *asynchronous):
-        module = getattr(receiver, "__module__", None)
-        if module not in _FRAMEWORK_SIGNALS or not receiver.__name__.startswith("log_"):
-            return True
-        if sys.modules[module].logger.isEnabledFor(level):
-            return True
-    return False
-
-
-# The framework's signals modules: Django's, and the backport's (Django 5.2).
-_FRAMEWORK_SIGNALS = frozenset({"django.tasks.signals", "django_tasks.signals"})
-
-
 def _task_result(claimed, task, args, kwargs, started, worker_id):
     return TaskResult(
         task=task,
@@ -125,7 +103,7 @@ def _finished(result, status, finished, **extra):
 
 def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
     sender = type(task.get_backend())
-    announce_start = _reaches_anyone(task_started, sender, logging.INFO)
+    announce_start = reaches_anyone(task_started, sender, logging.INFO)
     result = None
     if announce_start or task.takes_context:
         result = _task_result(claimed, task, args, kwargs, started, worker_id)
@@ -176,13 +154,13 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
     if failure is not None:
         # Sent outside the except block: the framework's own log receiver then has no exception
         # to print in full (uncapped, across many lines); the engine records and logs it.
-        if _reaches_anyone(task_finished, sender, logging.ERROR):
+        if reaches_anyone(task_finished, sender, logging.ERROR):
             result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
             _finished(result, TaskResultStatus.FAILED, failure.finished_at)
             task_finished.send(sender=sender, task_result=result)
         return failure
     finished = now()
-    if _reaches_anyone(task_finished, sender, logging.INFO):
+    if reaches_anyone(task_finished, sender, logging.INFO):
         result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
         _finished(result, TaskResultStatus.SUCCESSFUL, finished, _return_value=value)
         task_finished.send(sender=sender, task_result=result)

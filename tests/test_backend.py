@@ -1,3 +1,4 @@
+import logging
 import math
 import uuid
 from datetime import timedelta
@@ -259,6 +260,22 @@ def test_task_enqueued_is_sent():
     finally:
         task_enqueued.disconnect(receiver)
     assert received == [result.id]
+
+
+def test_task_enqueued_is_logged_when_the_tasks_logger_shows_debug(caplog):
+    # With no receiver of the project's, the signal goes out only if the framework's own log
+    # receiver would write something.
+    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        result = tasks.add.enqueue(1, 1)
+    assert any(result.id in r.getMessage() for r in caplog.records)
+
+
+def test_task_enqueued_is_not_sent_when_nothing_would_hear_it(monkeypatch, caplog):
+    sent = []
+    monkeypatch.setattr(task_enqueued, "send", lambda *a, **k: sent.append(k))
+    with caplog.at_level(logging.WARNING, logger="django.tasks"):
+        tasks.add.enqueue(1, 1)
+    assert sent == []
 
 
 def test_enqueue_many_stores_every_call_in_one_go():

@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
 PEERS_DIR = ROOT / "bench/.peers"
+# Prepended to every scratch database's name, so runs sharing one server keep apart.
+BENCH_DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "")
 
 T0 = time.monotonic()
 
@@ -42,7 +44,7 @@ class Variant:
         self.spec_cls, self.db, self.config = spec_cls, db, config
         key = spec_cls.name.replace("-", "_")
         if db == "postgres":
-            url = f"postgres://postgres@127.0.0.1:5432/bench_{key}"
+            url = f"postgres://postgres@127.0.0.1:5432/{BENCH_DB_PREFIX}bench_{key}"
         else:
             url = f"sqlite:///{RESULTS / 'sqlite' / (key + '.sqlite3')}"
         self.spec = spec_cls(url)
