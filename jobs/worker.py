@@ -232,19 +232,11 @@ class Worker:
             self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
 
     def _session_limits(self, sender, connection, **kwargs):
-        """A stalled worker must not hold locks longer than a lease, nor wait on one longer
-        than a heartbeat (PostgreSQL ends the session or the statement; we reconnect)."""
-        if connection.vendor != "postgresql":
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
-                "set_config('lock_timeout', %s, false)",
-                [
-                    f"{int(self.config.lease_seconds * 1000)}ms",
-                    f"{int(self.config.heartbeat_seconds * 1000)}ms",
-                ],
-            )
+        db.configure_worker_session(
+            connection,
+            lease_seconds=self.config.lease_seconds,
+            heartbeat_seconds=self.config.heartbeat_seconds,
+        )
 
     def _max_jobs_reached(self):
         return self.config.max_jobs is not None and self.claimed_total >= self.config.max_jobs

@@ -28,6 +28,7 @@ __all__ = [
     "claim",
     "claim_one",
     "compact_counters",
+    "configure_worker_session",
     "engine",
     "expire_not_after",
     "expired_leases",
@@ -47,6 +48,13 @@ _ENGINES = {e.vendor: e for e in (PostgresEngine(), SQLiteEngine())}
 def engine() -> Engine:
     """The engine of the default connection's database."""
     return _ENGINES[connection.vendor]
+
+
+def configure_worker_session(conn, *, lease_seconds: float, heartbeat_seconds: float) -> None:
+    """Settings of a worker's own connection `conn`, made as it connects."""
+    _ENGINES[conn.vendor].configure_worker_session(
+        conn, lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds
+    )
 
 
 def insert_job(row: dict) -> None:

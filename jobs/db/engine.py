@@ -144,6 +144,9 @@ class Engine:
             with connection.cursor() as cursor:
                 self.notify(cursor)
 
+    def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds) -> None:
+        """Settings of a worker's own connection; none by default."""
+
     # --- claim ------------------------------------------------------------------------------
 
     def claimed_columns(self) -> str:

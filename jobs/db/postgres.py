@@ -121,6 +121,27 @@ class PostgresEngine(Engine):
     def notify(self, cursor):
         cursor.execute(NOTIFY)
 
+    def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds):
+        """A worker's connection. A stalled worker must not hold locks longer than a lease, nor
+        wait on one longer than a heartbeat (PostgreSQL ends the session or the statement; the
+        worker reconnects).
+
+        No bitmap scans: a claim must walk its index in claim order and stop at its LIMIT. With
+        statistics taken before the table held due jobs (a new installation's first burst, any
+        bulk load, a server running without autovacuum) the planner believes a handful of rows
+        are due, reads every due row through a bitmap instead and sorts them all, on every
+        claim: 6.5 ms instead of 0.25 ms at 20,000 due jobs, growing with the backlog. The
+        worker's other statements read rows by key or through small partial indexes, where a
+        bitmap scan gains nothing (pruning runs in its own command, not in the worker).
+        """
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('lock_timeout', %s, false), "
+                "set_config('enable_bitmapscan', 'off', false)",
+                [f"{int(lease_seconds * 1000)}ms", f"{int(heartbeat_seconds * 1000)}ms"],
+            )
+
     # --- enqueue ------------------------------------------------------------------------------
 
     @cached_property

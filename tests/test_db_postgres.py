@@ -1,0 +1,52 @@
+"""What only the PostgreSQL engine does (jobs/db/postgres.py)."""
+
+import pytest
+from django.db import connection
+
+from jobs import db
+from jobsite.tasks import noop
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the PostgreSQL engine's own statements"
+)
+
+
+def claim_plan():
+    engine = db.engine()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN " + engine.claim_sql(""),
+            [engine.uuid_value("0" * 32), 60.0, "w", 200],
+        )
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.fixture
+def stale_statistics():
+    """Statistics taken while no job was due, then a burst of due jobs (committed)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    noop.enqueue_many([((), {})] * 20_000)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_session_claims_in_index_order_whatever_the_statistics(stale_statistics):
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_bitmapscan = on")
+    db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=5)
+
+    plan = claim_plan()
+
+    assert "Index Scan using job_claimable on jobs_job" in plan, plan
+    assert "Sort" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_a_worker_session_gives_up_stalled_transactions_and_lock_waits():
+    db.configure_worker_session(connection, lease_seconds=30, heartbeat_seconds=2.5)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        idle = cursor.fetchone()[0]
+        cursor.execute("SHOW lock_timeout")
+        lock = cursor.fetchone()[0]
+    assert (idle, lock) == ("30s", "2500ms")
