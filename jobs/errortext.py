@@ -56,21 +56,38 @@ def message_of(exc: BaseException) -> str:
     return f"<unprintable {name}>"
 
 
+class _PlainStack(traceback.StackSummary):
+    """Frames as Python prints them when it has no column positions: the file, the line and
+    the first source line of the statement, without the ~~~^^^ markers under it."""
+
+    def format_frame_summary(self, frame, **kwargs):
+        filename = "<stdin>" if frame.filename.startswith("<stdin>-") else frame.filename
+        text = f'  File "{filename}", line {frame.lineno}, in {frame.name}\n'
+        line = frame.line
+        return f"{text}    {line}\n" if line else text
+
+
 def _format_traceback(exc: BaseException) -> str:
     """The traceback as Python prints it, without the ~~~^^^ markers under each source line.
 
     Placing those markers re-parses every line's source; it cost more than all the rest of a
-    failed attempt, and the file, line and code of each frame are still shown.
+    failed attempt, and the file, line and code of each frame are still shown. The raised
+    exception's own frames are read without their column positions (finding those walks each
+    frame's bytecode up to the failing instruction, the larger part of what was left); a
+    NameError keeps them, as its "Did you mean" looks in the traceback's last frame.
     """
-    top = traceback.TracebackException.from_exception(exc)
+    if isinstance(exc, NameError):
+        top = traceback.TracebackException.from_exception(exc)
+    else:
+        top = traceback.TracebackException(type(exc), exc, None)
+        top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
     pending, seen = [top], set()
     while pending:
         te = pending.pop()
         if id(te) in seen:
             continue
         seen.add(id(te))
-        for frame in te.stack:
-            frame.colno = frame.end_colno = None
+        te.stack = _PlainStack(te.stack)
         pending += [t for t in (te.__cause__, te.__context__) if t is not None]
         pending += te.exceptions or []
     return "".join(top.format())

@@ -1,0 +1,98 @@
+import traceback
+
+import pytest
+
+from jobs.errortext import describe
+
+
+def _inner(value):
+    raise ValueError(f"bad value {value}")
+
+
+def _outer():
+    return _inner(
+        "spread over",
+    )
+
+
+def _plain():
+    _outer()
+
+
+def _chained():
+    try:
+        _outer()
+    except ValueError as exc:
+        raise RuntimeError("wrapped") from exc
+
+
+def _during_handling():
+    try:
+        _outer()
+    except ValueError:
+        {}["missing"]
+
+
+def _group():
+    errors = []
+    for f in (_plain, _chained):
+        try:
+            f()
+        except Exception as exc:
+            errors.append(exc)
+    raise ExceptionGroup("several", errors)
+
+
+def _misspelt_name():
+    length = 3  # noqa: F841  (the name the suggestion finds)
+    return lenght  # noqa: F821
+
+
+def _syntax_error():
+    compile("x = (1,\n", "<job>", "exec")
+
+
+def _raised_by(f):
+    try:
+        f()
+    except BaseException as exc:
+        return exc
+    raise AssertionError("did not raise")
+
+
+def _as_python_prints_it_without_column_positions(exc):
+    """Python's own text once every frame's columns are forgotten: no ~~~^^^ markers, and the
+    first line of each statement."""
+    top = traceback.TracebackException.from_exception(exc)
+    pending = [top]
+    while pending:
+        te = pending.pop()
+        for frame in te.stack:
+            frame.colno = frame.end_colno = None
+        pending += [t for t in (te.__cause__, te.__context__) if t is not None]
+        pending += te.exceptions or []
+    return "".join(top.format())
+
+
+@pytest.mark.parametrize(
+    "f", [_plain, _chained, _during_handling, _group, _misspelt_name, _syntax_error]
+)
+def test_traceback_is_what_python_prints_without_column_positions(f):
+    exc = _raised_by(f)
+    assert describe(exc)[2] == _as_python_prints_it_without_column_positions(exc)
+
+
+def test_traceback_keeps_every_frame_and_the_first_line_of_each_statement():
+    text = describe(_raised_by(_plain))[2]
+    assert [line.split(", in ")[-1] for line in text.splitlines() if "File" in line] == [
+        "_raised_by",
+        "_plain",
+        "_outer",
+        "_inner",
+    ]
+    assert "    return _inner(\n" in text
+    assert text.endswith("ValueError: bad value spread over\n")
+
+
+def test_misspelt_name_keeps_its_suggestion():
+    assert "Did you mean: 'length'?" in describe(_raised_by(_misspelt_name))[2]
