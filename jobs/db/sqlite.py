@@ -35,6 +35,27 @@ from .engine import (
 )
 from .records import OUTCOME_COLUMNS, Finish
 
+# The values of an attempt row as `_insert_attempts` builds them (attempt_row() puts them in
+# the model's order; a column missing here fails loudly there).
+ATTEMPT_VALUES = (
+    "job_id",
+    "number",
+    "worker_id",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "error_type",
+    "error_message",
+    "error_traceback",
+)
+
+
+def _padded(rows: int) -> int:
+    """A batch of outcomes is padded with rows of NULLs (they match no job) up to a power of
+    two: a handful of statement texts, each prepared once and kept in sqlite3's statement
+    cache, instead of one text per batch size (preparing costs ~1.3 µs per row)."""
+    return 1 << (rows - 1).bit_length()
+
 
 def _sqlite_now() -> str:
     return str(datetime.now(UTC).replace(tzinfo=None))
@@ -57,6 +78,10 @@ def _register_sqlite_clock(sender, connection, **kwargs):
 class SQLiteEngine(Engine):
     vendor = "sqlite"
     now = "jobsite_now()"
+
+    def __init__(self):
+        super().__init__()
+        self._finish_text: dict[int, str] = {}
 
     def after(self, expr):
         return f"jobsite_after({expr})"
@@ -136,51 +161,78 @@ class SQLiteEngine(Engine):
         return self.set_outcome_sql(running=sql_state(JobState.RUNNING))
 
     def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
-        rows, params = [], []
+        params, keys = [], []
         for r in chunk:
-            rows.append("(" + ", ".join(["%s"] * len(OUTCOME_COLUMNS)) + ")")
             job_id, lease_id, *rest = r.values()
-            params += [self.uuid_value(job_id), self.uuid_value(lease_id), *rest]
-        sql = f"""
-            WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {", ".join(rows)})
+            key = self.uuid_value(job_id)
+            keys.append(key)
+            params += [key, self.uuid_value(lease_id), *rest]
+        size = _padded(len(chunk))
+        params += [None] * (len(OUTCOME_COLUMNS) * (size - len(chunk)))
+        cursor.execute(self.finish_text(size), params)
+        # Rows come back keyed by the id as stored (32 hex digits, as sent): no uuid to parse.
+        changed = {r[0]: r for r in cursor.fetchall()}
+        applied = []
+        for key, r in zip(keys, chunk, strict=True):
+            row = changed.get(key)
+            if row is None:
+                continue
+            _, attempt, started_at, state = row
+            if r.started_at is None:
+                r.started_at = parse_time(started_at)
+            applied.append((applied_as(r, state), attempt, key))
+        self._insert_attempts(cursor, applied)
+        return [r for r, _, _ in applied]
+
+    def finish_text(self, rows: int) -> str:
+        """The finish statement for `rows` outcomes (built once per size)."""
+        try:
+            return self._finish_text[rows]
+        except KeyError:
+            values = ", ".join(["(" + ", ".join(["%s"] * len(OUTCOME_COLUMNS)) + ")"] * rows)
+            sql = self._finish_text[rows] = f"""
+            WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {values})
             UPDATE {JOB} SET {self.set_outcome}
             RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
         """
-        cursor.execute(sql, params)
-        changed = {parse_uuid(r[0]): (r[1], parse_time(r[2]), r[3]) for r in cursor.fetchall()}
-        applied = []
-        for r in chunk:
-            if r.job_id in changed:
-                attempt, started_at, state = changed[r.job_id]
-                r.started_at = r.started_at or started_at
-                applied.append((applied_as(r, state), attempt))
-        self._insert_attempts(cursor, applied)
-        return [r for r, _ in applied]
+            return sql
+
+    @cached_property
+    def attempt_order(self) -> tuple[int, ...]:
+        """Where each attempt column (model order) is in the tuple `_insert_attempts` builds."""
+        return tuple(ATTEMPT_VALUES.index(name) for name in attempt_row())
 
     def _insert_attempts(self, cursor, applied):
-        names = attempt_row()
-        rows, params = [], []
-        for r, number in applied:
+        order = self.attempt_order
+        placeholders = ", ".join(
+            f"COALESCE(%s, {self.now})" if ATTEMPT_VALUES[i] == "finished_at" else "%s"
+            for i in order
+        )
+        rows, params = 0, []
+        time_value = self.time_value
+        for r, number, key in applied:
             if r.outcome is None:
                 continue  # released unstarted: no attempt ran
             # For a release the counter went back; every other outcome keeps the claimed number.
-            values = {
-                "job_id": self.uuid_value(r.job_id),
-                "number": number,
-                "worker_id": r.worker_id,
-                "started_at": self.time_value(r.started_at),
-                "finished_at": self.time_value(r.finished_at),
-                "outcome": r.outcome,
-                "error_type": r.error_type[:255],
-                "error_message": r.error_message,
-                "error_traceback": r.error_traceback,
-            }
-            placeholders = {"finished_at": f"COALESCE(%s, {self.now})"}
-            rows.append("(" + ", ".join(placeholders.get(n, "%s") for n in names) + ")")
-            params += [values[n] for n in names]
+            values = (
+                key,
+                number,
+                r.worker_id,
+                time_value(r.started_at),
+                time_value(r.finished_at),
+                r.outcome,
+                r.error_type[:255],
+                r.error_message,
+                r.error_traceback,
+            )
+            params += [values[i] for i in order]
+            rows += 1
         if rows:
+            names = ", ".join(attempt_row())
             cursor.execute(
-                f"INSERT INTO {ATTEMPT} ({', '.join(names)}) VALUES {', '.join(rows)}", params
+                f"INSERT INTO {ATTEMPT} ({names}) VALUES "
+                + ", ".join([f"({placeholders})"] * rows),
+                params,
             )
 
     def after_finish(self, cursor, applied: list[Finish]) -> None:
