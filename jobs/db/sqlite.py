@@ -12,6 +12,7 @@ continuations and counters); there are no wake-ups, workers poll.
 """
 
 import uuid
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
@@ -75,6 +76,27 @@ def _register_sqlite_clock(sender, connection, **kwargs):
         connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
 
 
+@contextmanager
+def raw_cursor():
+    """sqlite3's own cursor on Django's connection, for the hot statements (claim, finish).
+
+    Django's cursor rewrites `%s` to `?` with a regex over every statement it runs (a finish
+    has thousands of placeholders) and goes through its wrappers; these statements are
+    written with `?`. Kept: Django's transactions (atomic() begins and commits this same
+    sqlite3 connection), its error translation (Django's database exceptions, and the
+    connection marked as having had errors) and its refusal to run in a broken transaction.
+    Not kept: `connection.execute_wrapper()` hooks and DEBUG's query log do not see them.
+    """
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+
 class SQLiteEngine(Engine):
     vendor = "sqlite"
     now = "jobsite_now()"
@@ -108,6 +130,15 @@ class SQLiteEngine(Engine):
         # order: the claim reads LIMIT rows from one and stops.
         index = "job_claimable_queue" if queue_filter else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
+
+    def build_claim_sql(self, queue_filter: str) -> str:
+        # Written for sqlite3's own cursor (raw_cursor); Django's cursor runs it as it is too.
+        return super().build_claim_sql(queue_filter).replace("%s", "?")
+
+    def run_claim(self, sql: str, params: list) -> list:
+        with raw_cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
 
     # --- enqueue ------------------------------------------------------------------------------
 
@@ -169,19 +200,20 @@ class SQLiteEngine(Engine):
             params += [key, self.uuid_value(lease_id), *rest]
         size = _padded(len(chunk))
         params += [None] * (len(OUTCOME_COLUMNS) * (size - len(chunk)))
-        cursor.execute(self.finish_text(size), params)
-        # Rows come back keyed by the id as stored (32 hex digits, as sent): no uuid to parse.
-        changed = {r[0]: r for r in cursor.fetchall()}
-        applied = []
-        for key, r in zip(keys, chunk, strict=True):
-            row = changed.get(key)
-            if row is None:
-                continue
-            _, attempt, started_at, state = row
-            if r.started_at is None:
-                r.started_at = parse_time(started_at)
-            applied.append((applied_as(r, state), attempt, key))
-        self._insert_attempts(cursor, applied)
+        with raw_cursor() as raw:
+            raw.execute(self.finish_text(size), params)
+            # Rows come back keyed by the id as stored (32 hex digits, as sent): no uuid parsed.
+            changed = {r[0]: r for r in raw.fetchall()}
+            applied = []
+            for key, r in zip(keys, chunk, strict=True):
+                row = changed.get(key)
+                if row is None:
+                    continue
+                _, attempt, started_at, state = row
+                if r.started_at is None:
+                    r.started_at = parse_time(started_at)
+                applied.append((applied_as(r, state), attempt, key))
+            self._insert_attempts(raw, applied)
         return [r for r, _, _ in applied]
 
     def finish_text(self, rows: int) -> str:
@@ -189,7 +221,7 @@ class SQLiteEngine(Engine):
         try:
             return self._finish_text[rows]
         except KeyError:
-            values = ", ".join(["(" + ", ".join(["%s"] * len(OUTCOME_COLUMNS)) + ")"] * rows)
+            values = ", ".join(["(" + ", ".join(["?"] * len(OUTCOME_COLUMNS)) + ")"] * rows)
             sql = self._finish_text[rows] = f"""
             WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {values})
             UPDATE {JOB} SET {self.set_outcome}
@@ -205,8 +237,7 @@ class SQLiteEngine(Engine):
     def _insert_attempts(self, cursor, applied):
         order = self.attempt_order
         placeholders = ", ".join(
-            f"COALESCE(%s, {self.now})" if ATTEMPT_VALUES[i] == "finished_at" else "%s"
-            for i in order
+            f"COALESCE(?, {self.now})" if ATTEMPT_VALUES[i] == "finished_at" else "?" for i in order
         )
         rows, params = 0, []
         time_value = self.time_value
