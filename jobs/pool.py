@@ -15,7 +15,9 @@ import logging
 import multiprocessing
 import os
 import pickle
+import select
 import signal
+import struct
 import threading
 import time
 import uuid
@@ -105,6 +107,11 @@ class Executor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child_conn.close()
+        # The outcomes are read in bulk: every message waiting is taken in one read, and the
+        # bytes of one not yet complete wait here for the rest.
+        self._inbox = bytearray()
+        self._readable = select.poll()
+        self._readable.register(self.conn.fileno(), select.POLLIN)
         self.started_at = time.monotonic()
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
@@ -194,10 +201,16 @@ class Executor:
         """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
         results = []
         try:
-            while self.conn.poll():
-                seq, *values = pickle.loads(self.conn.recv_bytes())
-                results.append((seq, _ran_codec().build(values)))
-                self.completed += 1
+            fd = self.conn.fileno()
+            while self._readable.poll(0):
+                data = os.read(fd, READ_SIZE)
+                if not data:
+                    raise EOFError
+                self._inbox += data
+                for message in _messages(self._inbox):
+                    seq, *values = pickle.loads(message)
+                    results.append((seq, _ran_codec().build(values)))
+                    self.completed += 1
         except (EOFError, OSError, pickle.UnpicklingError):
             self.broken = True
         return results
@@ -242,6 +255,32 @@ class Executor:
                 name = f"signal {-code}"
             return f"was killed by {name}"
         return f"exited with code {code}"
+
+
+# Bytes read from an executor's pipe at once: hundreds of outcomes of short jobs.
+READ_SIZE = 1 << 16
+_SIZE = struct.Struct("!i")
+_LARGE_SIZE = struct.Struct("!Q")
+
+
+def _messages(buffer: bytearray) -> list[bytes]:
+    """Take the complete messages off the front of `buffer` (multiprocessing's framing: a
+    signed 4-byte big-endian length, or -1 and an 8-byte one, then the bytes)."""
+    messages, start, end = [], 0, len(buffer)
+    while end - start >= 4:
+        (size,) = _SIZE.unpack_from(buffer, start)
+        header = 4
+        if size == -1:
+            if end - start < 12:
+                break
+            (size,) = _LARGE_SIZE.unpack_from(buffer, start + 4)
+            header = 12
+        if end - start - header < size:
+            break
+        messages.append(bytes(buffer[start + header : start + header + size]))
+        start += header + size
+    del buffer[:start]
+    return messages
 
 
 def _dumps(value) -> bytes:
