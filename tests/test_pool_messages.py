@@ -3,7 +3,7 @@
 import os
 from multiprocessing import Pipe
 
-from jobs.pool import _messages
+from jobs.pool import _framed, _messages
 
 
 def test_messages_read_in_pieces_come_out_whole_and_in_order():
@@ -29,3 +29,9 @@ def test_an_incomplete_message_stays_for_the_rest():
     buffer += b"de\x00\x00"
     assert _messages(buffer) == [b"abcde"]
     assert buffer == bytearray(b"\x00\x00")
+
+
+def test_jobs_framed_by_the_worker_are_read_by_the_child_one_by_one():
+    ours, theirs = Pipe()
+    os.write(ours.fileno(), b"".join(_framed(m) for m in (b"one", b"", b"three")))
+    assert [theirs.recv_bytes() for _ in range(3)] == [b"one", b"", b"three"]
