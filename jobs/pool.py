@@ -15,7 +15,9 @@ import logging
 import multiprocessing
 import os
 import pickle
+import select
 import signal
+import struct
 import threading
 import time
 import uuid
@@ -105,6 +107,12 @@ class Executor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child_conn.close()
+        # The outcomes are read in bulk: every message waiting is taken in one read, and the
+        # bytes of one not yet complete wait here for the rest.
+        self._inbox = bytearray()
+        self._outbox: list[bytes] = []
+        self._readable = select.poll()
+        self._readable.register(self.conn.fileno(), select.POLLIN)
         self.started_at = time.monotonic()
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
@@ -155,16 +163,30 @@ class Executor:
         else:
             self._queued += estimate
 
-    def send(self, seq: int, claimed, estimate: float | None) -> bool:
-        """Hand over one job; False when the child is gone (the job never reached it)."""
+    def send(self, seq: int, claimed, estimate: float | None):
+        """Hand over one job. A job for an idle child goes out at once; jobs queued behind
+        another go out SEND_EVERY at a time, and the rest when the dispatch round ends
+        (`flush`): one write for several jobs."""
+        idle = not self.inflight
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
+        self._outbox.append(_framed(_dumps((seq, *_job_codec().flat(claimed)))))
+        if idle or len(self._outbox) >= SEND_EVERY:
+            self.flush()
+
+    def flush(self):
+        """Write the jobs sent here and not yet written; a broken pipe marks it broken (the
+        jobs in flight here are then settled as for a crash)."""
+        if not self._outbox:
+            return
+        data = memoryview(b"".join(self._outbox))
+        self._outbox.clear()
         try:
-            self.conn.send_bytes(_dumps((seq, *_job_codec().flat(claimed))))
-        except (BrokenPipeError, EOFError, OSError):
+            fd = self.conn.fileno()
+            while data:
+                data = data[os.write(fd, data) :]
+        except OSError:  # BrokenPipeError included
             self.broken = True
-            return False
-        return True
 
     def take_back_waiting(self) -> list:
         """Take back the jobs sent here that the child has not started, in order; the child
@@ -194,10 +216,16 @@ class Executor:
         """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
         results = []
         try:
-            while self.conn.poll():
-                seq, *values = pickle.loads(self.conn.recv_bytes())
-                results.append((seq, _ran_codec().build(values)))
-                self.completed += 1
+            fd = self.conn.fileno()
+            while self._readable.poll(0):
+                data = os.read(fd, READ_SIZE)
+                if not data:
+                    raise EOFError
+                self._inbox += data
+                for message in _messages(self._inbox):
+                    seq, *values = pickle.loads(message)
+                    results.append((seq, _ran_codec().build(values)))
+                    self.completed += 1
         except (EOFError, OSError, pickle.UnpicklingError):
             self.broken = True
         return results
@@ -225,6 +253,7 @@ class Executor:
 
     def close(self):
         """Ask the child to exit once it has answered what it was sent."""
+        self.flush()
         try:
             self.conn.send_bytes(_dumps(None))
         except (BrokenPipeError, EOFError, OSError):
@@ -242,6 +271,41 @@ class Executor:
                 name = f"signal {-code}"
             return f"was killed by {name}"
         return f"exited with code {code}"
+
+
+# Jobs queued behind a running one are written to its executor this many at a time.
+SEND_EVERY = 8
+# Bytes read from an executor's pipe at once: hundreds of outcomes of short jobs.
+READ_SIZE = 1 << 16
+_SIZE = struct.Struct("!i")
+_LARGE_SIZE = struct.Struct("!Q")
+
+
+def _messages(buffer: bytearray) -> list[bytes]:
+    """Take the complete messages off the front of `buffer` (multiprocessing's framing: a
+    signed 4-byte big-endian length, or -1 and an 8-byte one, then the bytes)."""
+    messages, start, end = [], 0, len(buffer)
+    while end - start >= 4:
+        (size,) = _SIZE.unpack_from(buffer, start)
+        header = 4
+        if size == -1:
+            if end - start < 12:
+                break
+            (size,) = _LARGE_SIZE.unpack_from(buffer, start + 4)
+            header = 12
+        if end - start - header < size:
+            break
+        messages.append(bytes(buffer[start + header : start + header + size]))
+        start += header + size
+    del buffer[:start]
+    return messages
+
+
+def _framed(message: bytes) -> bytes:
+    """A message as Connection.recv_bytes() reads it."""
+    if len(message) < 0x7FFFFFFF:
+        return _SIZE.pack(len(message)) + message
+    return _SIZE.pack(-1) + _LARGE_SIZE.pack(len(message)) + message
 
 
 def _dumps(value) -> bytes:
@@ -496,6 +560,8 @@ class Dispatcher:
             self.ready.popleft()
             self.seq += 1
             target.send(self.seq, claimed, estimate)
+        for executor in self.executors:
+            executor.flush()
         if not self.ready:
             return []
         now = time.monotonic()

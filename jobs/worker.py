@@ -41,6 +41,17 @@ logger = logging.getLogger("jobs.worker")
 
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 
+# The level each outcome is logged at. A job handed back unstarted is routine while running
+# (a prefetched job found no free executor), notable (INFO) only when a stopping worker hands
+# its claims back.
+FINISH_LOG_LEVELS = {
+    JobState.SUCCEEDED: logging.DEBUG,
+    JobState.RETRYING: logging.WARNING,
+    JobState.DEAD_LETTER: logging.ERROR,
+    JobState.CANCELLED: logging.WARNING,
+    JobState.PENDING: logging.DEBUG,
+}
+
 # Restarts of an executor that keeps dying before it finishes a job slow down: the first
 # CRASH_STREAK_FREE restarts are immediate, then the delay doubles from RESTART_DELAY up to
 # MAX_RESTART_DELAY.
@@ -564,6 +575,11 @@ class Worker:
             oc.announce(f, claimed)
 
     def _log_finish(self, f, claimed):
+        level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)
+        if f.state == JobState.PENDING and self.stopping:
+            level = logging.INFO
+        if not logger.isEnabledFor(level):
+            return  # the usual success: nothing to escape or format
         path = for_log(claimed.task_path) if claimed else "?"
         attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
@@ -590,9 +606,6 @@ class Worker:
         elif f.state == JobState.CANCELLED:
             logger.warning("job %s (%s) cancelled while running", f.job_id, path)
         elif f.state == JobState.PENDING:
-            # Routine while running (a prefetched job found no free executor); notable only
-            # when a stopping worker hands its claims back.
-            level = logging.INFO if self.stopping else logging.DEBUG
             logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path)
 
     # --- heartbeat and maintenance ----------------------------------------------------------

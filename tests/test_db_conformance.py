@@ -278,6 +278,29 @@ def test_a_finish_with_a_lease_taken_over_changes_nothing(engine):
 
 
 @pytest.mark.django_db
+def test_a_batch_of_outcomes_changes_exactly_the_jobs_whose_lease_holds(engine):
+    for _ in range(5):
+        due_job()
+    claimed = claim()
+    batch = [finished(c, JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED) for c in claimed[:3]]
+    batch[1].lease_id = uuid.uuid4()
+    applied = db.finish(batch)
+    assert {a.job_id for a in applied} == {claimed[0].id, claimed[2].id}
+    states = dict(Job.objects.values_list("id", "state"))
+    assert [states[c.id] for c in claimed] == [
+        JobState.SUCCEEDED,
+        JobState.RUNNING,
+        JobState.SUCCEEDED,
+        JobState.RUNNING,
+        JobState.RUNNING,
+    ]
+    assert sorted(Attempt.objects.values_list("job_id", "number")) == sorted(
+        [(claimed[0].id, 1), (claimed[2].id, 1)]
+    )
+    assert counters() == {"jobs_succeeded": 2}
+
+
+@pytest.mark.django_db
 def test_a_cancel_requested_while_running_wins_over_success(engine):
     due_job()
     (c,) = claim()

@@ -1,9 +1,10 @@
 """What only the SQLite engine does (jobs/db/sqlite.py)."""
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from jobs import db
+from jobs.db import sqlite
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "sqlite", reason="the SQLite engine's own statements"
@@ -29,3 +30,11 @@ def test_a_claim_reads_due_jobs_in_claim_order_from_a_claim_index(queues, index)
     plan = claim_plan(queues)
     assert any(f"USING INDEX {index}" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
+@pytest.mark.django_db
+def test_a_failing_statement_on_sqlite3s_own_cursor_raises_djangos_database_error():
+    # The worker tells a database outage from a bug by Django's exception classes.
+    with pytest.raises(OperationalError), sqlite.raw_cursor() as cursor:
+        cursor.execute("SELECT * FROM no_such_table WHERE id = ?", [1])
+    assert connection.errors_occurred

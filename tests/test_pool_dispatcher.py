@@ -4,9 +4,19 @@ The executors are the real `Executor` bookkeeping without a child process behind
 is sent lands in a pipe nobody reads, which is all the dispatcher sees of a child anyway.
 """
 
+import pickle
+
 import pytest
 
-from jobs.pool import IDLE, PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher, Executor, mp_context
+from jobs.pool import (
+    IDLE,
+    PREFETCH_BUDGET,
+    SEEN_BEFORE_SHORT,
+    SEND_EVERY,
+    Dispatcher,
+    Executor,
+    mp_context,
+)
 from tests.factories import make_claimed
 
 SHORT = "tests.tasks.add"
@@ -28,6 +38,7 @@ def executors():
             e.inflight, e.estimates = {}, {}
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
+            e._outbox = []
             made.append(e)
         return made[-n:]
 
@@ -69,6 +80,17 @@ def test_known_short_jobs_queue_behind_a_short_one_within_the_prefetch_budget(ex
     assert 1 < sent < len(jobs)
     assert only.queued_seconds() <= PREFETCH_BUDGET + 0.001
     assert len(d.ready) == len(jobs) - sent
+
+
+def test_every_job_dispatched_has_reached_its_child_when_the_round_ends(executors):
+    (only,) = executors(1)
+    d = dispatcher([only], short_seconds=0.0001)
+    d.ready.extend(job() for _ in range(20))
+    d.dispatch()
+    seqs = []
+    while only.child_end.poll():
+        seqs.append(pickle.loads(only.child_end.recv_bytes())[0])
+    assert seqs == sorted(only.inflight) and len(seqs) > SEND_EVERY
 
 
 def test_nothing_queues_behind_a_task_of_unknown_length(executors):
