@@ -44,6 +44,7 @@ from bench.throughput import (  # noqa: E402
 )
 
 NAIVE_TABLE = "bench_naive_jobs"
+MIX_MS = (1, 10, 100)  # the mixed workload's job durations, in turn
 
 
 def _naive_table(cursor, vendor, temporary, table=NAIVE_TABLE):
@@ -67,8 +68,9 @@ def _naive_table(cursor, vendor, temporary, table=NAIVE_TABLE):
     )
 
 
-def naive(n, *, temporary=False):
-    """(inserts/s, claims+completions/s) of the naive loops, on Django's own connection."""
+def naive(n, *, temporary=False, body=None):
+    """(inserts/s, claims+completions/s) of the naive loops, on Django's own connection.
+    `body(i)`, when given, runs between the claim and the completion of the i-th job."""
     from django.db import connection
 
     vendor = connection.vendor
@@ -94,6 +96,8 @@ def naive(n, *, temporary=False):
             row = cursor.fetchone()
             if row is None:
                 break
+            if body:
+                body(drained)
             cursor.execute(done, [row[0]])
             drained += 1
         rate = drained / (time.perf_counter() - start)
@@ -397,14 +401,21 @@ def main():
             n,
             args.concurrency,
             task="bench.peers.jobsite_tasks.sleep_ms",
-            args_for=lambda i: ((1, 10, 100)[i % 3],),
+            args_for=lambda i: (MIX_MS[i % 3],),
         )
         reset()
+        # The naive loop runs the same mix one job after another (150 jobs: its rate is the
+        # mix's average duration plus the loop's own cost, whatever the count).
+        _, naive_mixed = naive(150, body=lambda i: time.sleep(MIX_MS[i % 3] / 1000))
         log(
             f"jobsite mixed 1/10/100 ms ({n} jobs): {mixed:,.0f} jobs/s, "
-            f"pickup p99 {mixed_p99:.0f} ms"
+            f"pickup p99 {mixed_p99:.0f} ms; the naive loop over the same mix "
+            f"{naive_mixed:,.1f} jobs/s: {mixed / naive_mixed:.1f}x"
         )
-        result += f" mixed={mixed:.0f} mixed_p99_ms={mixed_p99:.0f}"
+        result += (
+            f" mixed={mixed:.0f} mixed_p99_ms={mixed_p99:.0f} naive_mixed={naive_mixed:.1f}"
+            f" mixed_ratio={mixed / naive_mixed:.2f}"
+        )
     if args.memory:
         total, roles = worker_memory_mb(url, args.concurrency)
         executors = roles.get("executor", [])
