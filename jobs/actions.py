@@ -15,7 +15,6 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from . import db, payload
-from .ids import new_job_id
 from .models import AuditEntry, Job
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 
@@ -192,7 +191,7 @@ def rerun_job(
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)
         return ActionResult(False, message, job=original)
-    new_id = new_job_id()
+    new_id = uuid.uuid4()
     try:
         with transaction.atomic():
             db.insert_job(

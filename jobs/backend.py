@@ -20,7 +20,6 @@ from .compat import (
     task_enqueued,
 )
 from .errors import DuplicateJob
-from .ids import new_job_id
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
@@ -110,7 +109,7 @@ class JobsBackend(BaseTaskBackend):
         args = payload.check_json(list(args), "args")
         kwargs = payload.check_json(dict(kwargs), "kwargs")
         return {
-            "id": new_job_id(),
+            "id": uuid.uuid4(),
             "task_path": task.module_path,
             "backend": self.alias,
             "args": args,
@@ -156,7 +155,7 @@ class JobsBackend(BaseTaskBackend):
         template = self._row(task, (), {})
         batch = [
             (
-                new_job_id(),
+                uuid.uuid4(),
                 payload.check_json(list(args), "args"),
                 payload.check_json(dict(kwargs), "kwargs"),
             )

@@ -4,12 +4,13 @@ The hot paths that need one hand-written statement per vendor (claim, finish, he
 recover) live in `jobs.db`; everything else is a named queryset method here.
 """
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .ids import new_job_id
 from .states import (
     ACTIVE,
     CLAIMABLE,
@@ -57,7 +58,7 @@ def _link_to_job(*, related_name):
 class Job(models.Model):
     """One run of a task. Reruns are new rows linked by `rerun_of`."""
 
-    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     task_path = models.CharField(max_length=255)
     backend = models.CharField(max_length=100, default="default")
     args = models.JSONField(default=list, blank=True)
