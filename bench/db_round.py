@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import scratch_database, setup_django  # noqa: E402
+from bench.throughput import scratch_database, setup_django, worker_env  # noqa: E402
 
 
 def main():
@@ -30,9 +30,9 @@ def main():
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=8)
     args = parser.parse_args()
-    os.environ["JOBSITE_SCHEDULES"] = "{}"
-    os.environ["JOBSITE_LOG_LEVEL"] = "WARNING"
-    setup_django(scratch_database(args.db))
+    url = scratch_database(args.db)
+    os.environ.update(worker_env(url))  # the worker runs in this process
+    setup_django(url)
 
     import jobs.db as db
     from jobs import outcome as oc

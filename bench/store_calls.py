@@ -25,7 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import check_exactly_once, scratch_database, setup_django  # noqa: E402
+from bench.throughput import (  # noqa: E402
+    check_exactly_once,
+    scratch_database,
+    setup_django,
+    worker_env,
+)
 
 
 def _cpu_seconds(pid):
@@ -40,9 +45,9 @@ def main():
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=4)
     args = parser.parse_args()
-    os.environ["JOBSITE_SCHEDULES"] = "{}"
-    os.environ["JOBSITE_LOG_LEVEL"] = "WARNING"
-    setup_django(scratch_database(args.db))
+    url = scratch_database(args.db)
+    os.environ.update(worker_env(url))  # the worker runs in this process
+    setup_django(url)
 
     from django.core.management import call_command
     from django.db import connection
