@@ -1,10 +1,12 @@
 """jobsite: `manage.py worker --burst --concurrency N`, enqueue() / enqueue_many()."""
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+BENCH_SECRET_KEY = secrets.token_urlsafe(50)
 
 
 class Spec:
@@ -28,6 +30,8 @@ class Spec:
         return {
             "DATABASE_URL": self.db_url,
             "DJANGO_SETTINGS_MODULE": "jobsite.settings",
+            # The settings refuse to start without one; a measurement needs no lasting key.
+            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or BENCH_SECRET_KEY,
             "JOBSITE_LOG_LEVEL": "WARNING",
             "JOBSITE_SCHEDULES": "{}",  # no demo schedules firing during a measurement
         }
