@@ -240,8 +240,8 @@ def explain_claim(limit):
     engine = db.engine()
     with transaction.atomic():
         plan = sql(
-            "EXPLAIN (ANALYZE, BUFFERS) " + engine.claim_sql(""),
-            [uuid.uuid4(), 60, "scale-explain", limit],
+            "EXPLAIN (ANALYZE, BUFFERS) " + engine.claim_sql(None),
+            engine.claim_params(uuid.uuid4(), 60, "scale-explain", None, limit),
         )
         transaction.set_rollback(True)
     return "\n".join(r[0] for r in plan)

@@ -172,6 +172,34 @@ def test_claim_takes_only_the_queues_asked_for_and_never_a_paused_one(engine):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("queues", [["emails", "reports"], ["reports", "billing", "emails"]])
+def test_claim_of_several_queues_takes_their_due_jobs_in_priority_then_due_order(engine, queues):
+    older, newer = ago(120), ago(60)
+    jobs = {
+        "emails high": due_job(queue_name="emails", priority=5, run_after=newer),
+        "reports high": due_job(queue_name="reports", priority=5, run_after=older),
+        "emails low older": due_job(queue_name="emails", priority=0, run_after=older),
+        "reports low": due_job(queue_name="reports", priority=0, run_after=newer),
+        "emails low newer": due_job(queue_name="emails", priority=0, run_after=ago(30)),
+    }
+    due_job(queue_name="other", priority=9)
+    order = {job.id: name for name, job in jobs.items()}
+
+    first = {order[c.id] for c in claim(limit=3, queues=queues)}
+    rest = {order[c.id] for c in claim(limit=3, queues=queues)}
+
+    assert first == {"reports high", "emails high", "emails low older"}
+    assert rest == {"emails low newer", "reports low"}
+    assert claim(queues=queues) == []
+
+
+@pytest.mark.django_db
+def test_claim_of_a_queue_named_twice_claims_each_job_once(engine):
+    jobs = {due_job(queue_name="emails").id for _ in range(3)}
+    assert sorted(c.id for c in claim(limit=3, queues=["emails", "emails"])) == sorted(jobs)
+
+
+@pytest.mark.django_db
 def test_claim_one_claims_that_job_only_when_claimable(engine):
     job = due_job()
     other = due_job()

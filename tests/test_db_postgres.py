@@ -1,5 +1,7 @@
 """What only the PostgreSQL engine does (jobs/db/postgres.py)."""
 
+import re
+
 import pytest
 from django.db import connection
 
@@ -11,12 +13,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def claim_plan():
+def claim_plan(queues=None, limit=200, analyze=False):
     engine = db.engine()
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN " + engine.claim_sql(""),
-            [engine.uuid_value("0" * 32), 60.0, "w", 200],
+            ("EXPLAIN ANALYZE " if analyze else "EXPLAIN ") + engine.claim_sql(queues),
+            engine.claim_params("0" * 32, 60.0, "w", queues, limit),
         )
         return "\n".join(row[0] for row in cursor.fetchall())
 
@@ -39,6 +41,17 @@ def test_a_worker_session_claims_in_index_order_whatever_the_statistics(stale_st
 
     assert "Index Scan using job_claimable on jobs_job" in plan, plan
     assert "Sort" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("queues", [["default"], ["emails", "default"], ["default", "a", "b"]])
+def test_a_claim_of_named_queues_reads_no_more_rows_than_it_claims(stale_statistics, queues):
+    db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=5)
+
+    plan = claim_plan(queues, limit=4, analyze=True)
+
+    scans = re.findall(r"Index Scan using job_claimable_queue .*actual time=\S+ rows=(\d+)", plan)
+    assert scans and all(int(rows) <= 4 for rows in scans), plan
 
 
 @pytest.mark.django_db

@@ -13,11 +13,10 @@ pytestmark = pytest.mark.skipif(
 
 def claim_plan(queues):
     engine = db.engine()
-    queue_filter, queue_params = engine.queue_filter(queues)
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN QUERY PLAN " + engine.claim_sql(queue_filter),
-            [engine.uuid_value("0" * 32), 60.0, "w", *queue_params, 10],
+            "EXPLAIN QUERY PLAN " + engine.claim_sql(queues),
+            engine.claim_params("0" * 32, 60.0, "w", queues, 10),
         )
         return [row[3] for row in cursor.fetchall()]
 
@@ -30,6 +29,16 @@ def test_a_claim_reads_due_jobs_in_claim_order_from_a_claim_index(queues, index)
     plan = claim_plan(queues)
     assert any(f"USING INDEX {index}" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [["emails", "default"], ["default", "a", "b"]])
+def test_a_claim_of_several_queues_reads_each_queue_in_claim_order_and_merges(queues):
+    plan = claim_plan(queues)
+    searches = [s for s in plan if "USING INDEX job_claimable_queue (queue_name=?)" in s]
+    assert len(searches) == len(queues), plan
+    # One sort: the merge of each queue's first LIMIT rows, not of every due row.
+    assert sum("TEMP B-TREE" in step for step in plan) == 1, plan
 
 
 @pytest.mark.django_db

@@ -112,7 +112,7 @@ class Engine:
     wakes_workers: bool = False
 
     def __init__(self):
-        self._claim_sql: dict[str, str] = {}
+        self._claim_sql: dict[int, str] = {}
 
     # --- how this database writes values --------------------------------------------------
 
@@ -164,30 +164,70 @@ class Engine:
             f"lease_expires_at = {self.after('%s')}, started_at = {self.now}, worker_id = %s"
         )
 
-    def claim_sql(self, queue_filter: str) -> str:
-        """Claim up to LIMIT due jobs in priority order (the text, built once per filter)."""
+    def claim_shape(self, queues) -> int:
+        """What a claim's text depends on: 0 for every queue, else how many queues it names."""
+        return len(queues) if queues else 0
+
+    def claim_sql(self, queues=None) -> str:
+        """Claim up to LIMIT due jobs in priority order (the text, built once per shape)."""
+        shape = self.claim_shape(queues)
         try:
-            return self._claim_sql[queue_filter]
+            return self._claim_sql[shape]
         except KeyError:
-            sql = self._claim_sql[queue_filter] = self.build_claim_sql(queue_filter)
+            sql = self._claim_sql[shape] = self.build_claim_sql(shape)
             return sql
 
-    def claim_source(self, queue_filter: str) -> str:
+    def claim_params(self, lease_id, lease_seconds, worker_id, queues, limit) -> list:
+        """The parameters of claim_sql(queues), in order."""
+        sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
+        if not queues:
+            return [*sets, limit]
+        if len(queues) == 1:
+            return [*sets, queues[0], limit]
+        return sets + self.queues_params(queues, limit)
+
+    def claim_source(self, shape: int) -> str:
         """The table a claim reads due jobs from (SQLite names the index to read it by)."""
         return JOB
 
-    def build_claim_sql(self, queue_filter: str) -> str:
+    def due_jobs(self, columns: str, queue_test: str, shape: int) -> str:
+        """Due jobs in claim order, up to a LIMIT placeholder."""
         return f"""
-        UPDATE {JOB} SET {self.claim_sets()}
-        WHERE id IN (
-            SELECT id FROM {self.claim_source(queue_filter)}
+            SELECT {columns} FROM {self.claim_source(shape)}
             WHERE state IN ({sql_in(CLAIMABLE)}) AND run_after <= {self.now}
               AND attempt < max_attempts
-              AND (not_after IS NULL OR not_after > {self.now}) {queue_filter}
+              AND (not_after IS NULL OR not_after > {self.now}) {queue_test}
               AND queue_name NOT IN (SELECT name FROM {PAUSED})
             ORDER BY priority DESC, run_after
             LIMIT %s {self.skip_locked(True)}
-        )
+        """
+
+    def claim_ids(self, shape: int) -> str:
+        """The ids a claim of this shape takes.
+
+        Each claim index is in claim order, so a claim of every queue or of one queue reads
+        LIMIT rows from one and stops. Rows of several queues are in claim order within each
+        queue only: read together (`queue_name IN (...)`), every due row of those queues is read
+        and sorted on every claim. So each queue's first LIMIT rows are read on their own and
+        merged (queues_ids).
+        """
+        if shape == 0:
+            return self.due_jobs("id", "", shape)
+        if shape == 1:
+            return self.due_jobs("id", "AND queue_name = %s", shape)
+        return self.queues_ids(shape)
+
+    def queues_ids(self, shape: int) -> str:
+        """claim_ids for a claim of several queues (parameters: queues_params)."""
+        raise NotImplementedError
+
+    def queues_params(self, queues, limit) -> list:
+        raise NotImplementedError
+
+    def build_claim_sql(self, shape: int) -> str:
+        return f"""
+        UPDATE {JOB} SET {self.claim_sets()}
+        WHERE id IN ({self.claim_ids(shape)})
         RETURNING {self.claimed_columns()}
     """
 
@@ -213,17 +253,12 @@ class Engine:
     def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
         """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
         lease_id = uuid.uuid4()
-        queue_filter, queue_params = self.queue_filter(queues)
-        params = [self.uuid_value(lease_id), lease_seconds, worker_id, *queue_params, limit]
-        rows = self.run_claim(self.claim_sql(queue_filter), params)
+        queues = list(dict.fromkeys(queues)) if queues else None
+        params = self.claim_params(lease_id, lease_seconds, worker_id, queues, limit)
+        rows = self.run_claim(self.claim_sql(queues), params)
         claimed = [self.claimed_from_row(r, lease_id) for r in rows]
         claimed.sort(key=lambda c: -c.priority)
         return claimed
-
-    def queue_filter(self, queues) -> tuple[str, list]:
-        if not queues:
-            return "", []
-        return f"AND queue_name IN ({', '.join(['%s'] * len(queues))})", list(queues)
 
     def run_claim(self, sql: str, params: list) -> list:
         with connection.cursor() as cursor:

@@ -216,11 +216,22 @@ class PostgresEngine(Engine):
 
     # --- claim --------------------------------------------------------------------------------
 
-    def queue_filter(self, queues):
-        # One array parameter, so the text stays the same for any queue list.
-        if not queues:
-            return "", []
-        return "AND queue_name = ANY(%s::text[])", [list(queues)]
+    def claim_shape(self, queues):
+        # Several queues are one array parameter, so the text stays the same for any list.
+        return min(super().claim_shape(queues), 2)
+
+    def queues_ids(self, shape):
+        return f"""
+            SELECT due.id FROM unnest(%s::text[]) AS q(name)
+            CROSS JOIN LATERAL (
+                {self.due_jobs("id, priority, run_after", "AND queue_name = q.name", shape)}
+            ) AS due
+            ORDER BY due.priority DESC, due.run_after
+            LIMIT %s
+        """
+
+    def queues_params(self, queues, limit):
+        return [list(queues), limit, limit]
 
     def run_claim(self, sql, params):
         with BoundCursor() as cursor:

@@ -1,0 +1,129 @@
+"""Does a worker serving named queues claim as fast as one serving every queue?
+
+    .venv/bin/python bench/claim_queues.py --db postgres --jobs 100000
+    .venv/bin/python bench/claim_queues.py --db sqlite --jobs 100000 --explain
+
+A scratch database (bench.throughput.scratch_database) gets --jobs due no-op jobs in the queue
+`bulk` and 100 in `mail`, then is ANALYZEd (--stale-stats: before the jobs went in, as on a new
+installation's first burst or a server without autovacuum). The engine's own claim
+(jobs.db.claim: the worker's statement; on PostgreSQL, on a connection set up as a worker's) is
+timed in transactions it rolls back, --repeat times each, for: every queue (no filter), `bulk`
+alone, `mail` alone, `mail` + `reports` (few due jobs beside a deep queue), `mail` + `bulk`, and
+`mail` + `reports` + `bulk`, at limits 4 and 200. A claim that reads only what it returns costs
+about the same whatever the queue list; one that reads every due job of its queues grows with
+--jobs. --explain prints each multi-queue plan. Not part of the test suite.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.throughput import log, scratch_database, setup_django  # noqa: E402
+
+QUEUE_SETS = {
+    "every queue": None,
+    "bulk": ["bulk"],
+    "mail": ["mail"],
+    "mail+reports": ["mail", "reports"],
+    "mail+bulk": ["mail", "bulk"],
+    "mail+reports+bulk": ["mail", "reports", "bulk"],
+}
+
+
+def fill(jobs, stale):
+    from django.db import connection
+
+    from jobsite.tasks import noop
+
+    started = time.perf_counter()
+    if stale:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+    for start in range(0, jobs, 10_000):
+        noop.enqueue_many([((), {})] * min(10_000, jobs - start))
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_job SET queue_name = 'bulk'")
+        noop.enqueue_many([((), {})] * 100)
+        cursor.execute("UPDATE jobs_job SET queue_name = 'mail' WHERE queue_name <> 'bulk'")
+        if not stale:
+            cursor.execute("ANALYZE")
+    log(f"{jobs:,} due jobs in `bulk`, 100 in `mail`, in {time.perf_counter() - started:.0f} s")
+
+
+def time_claim(queues, limit):
+    from django.db import transaction
+
+    from jobs import db
+
+    with transaction.atomic():
+        started = time.perf_counter()
+        rows = db.claim(worker_id="probe", queues=queues, limit=limit, lease_seconds=60)
+        ms = (time.perf_counter() - started) * 1000
+        transaction.set_rollback(True)
+    return ms, len(rows)
+
+
+def explain(queues, limit):
+    from django.db import connection, transaction
+
+    from jobs import db
+
+    engine = db.engine()
+    sql = engine.claim_sql(queues)
+    params = engine.claim_params(uuid.uuid4(), 60, "probe", queues, limit)
+    if connection.vendor == "sqlite":
+        sql, prefix = sql.replace("?", "%s"), "EXPLAIN QUERY PLAN "
+    else:
+        prefix = "EXPLAIN (ANALYZE, BUFFERS) "
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(prefix + sql, params)
+        plan = "\n".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    return plan
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--explain", action="store_true")
+    parser.add_argument(
+        "--stale-stats",
+        action="store_true",
+        help="statistics taken before the jobs were added (a first burst, no autovacuum yet)",
+    )
+    args = parser.parse_args()
+    setup_django(scratch_database(args.db))
+
+    from django.db import connection
+
+    from jobs import db
+
+    fill(args.jobs, args.stale_stats)
+    if connection.vendor == "postgresql":
+        connection.ensure_connection()
+        db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=10)
+    log(f"{connection.vendor}: claim ms (median of {args.repeat}, rolled back)")
+    for limit in (4, 200):
+        for label, queues in QUEUE_SETS.items():
+            samples, got = [], 0
+            for _ in range(args.repeat):
+                ms, got = time_claim(queues, limit)
+                samples.append(ms)
+            log(
+                f"  limit {limit:>3}  {label:<18} {statistics.median(samples):8.2f} ms"
+                f"  (max {max(samples):.2f}, {got} rows)"
+            )
+            if args.explain and queues and len(queues) > 1 and limit == 4:
+                print(explain(queues, limit))
+
+
+if __name__ == "__main__":
+    main()
