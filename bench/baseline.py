@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.peers.common import marks_base  # noqa: E402
 from bench.throughput import (  # noqa: E402
     check_exactly_once,
     log,
@@ -169,7 +170,7 @@ def check_failed_once_then_succeeded(n):
 
 def jobsite_retry_drain(url, n, concurrency):
     """Every job fails its first attempt and succeeds on the second (backoff 0, no jitter)."""
-    with tempfile.TemporaryDirectory(prefix="jobsite-retry-") as marks:
+    with tempfile.TemporaryDirectory(prefix="jobsite-retry-", dir=marks_base()) as marks:
         env = {
             "BENCH_MODE": "flaky",
             "BENCH_MARK_DIR": marks,

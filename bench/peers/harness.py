@@ -9,12 +9,16 @@ own interpreter: `<python> -m bench.peers.<adapter> <command> --key value ...` p
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from bench.peers.common import marks_base
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
@@ -409,8 +413,7 @@ def prefill(run, variant, n, task):
 
 def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, cap=None):
     scratch = run.scratch()
-    mark = scratch / "marks"
-    mark.mkdir()
+    mark = Path(tempfile.mkdtemp(prefix="bench-marks-", dir=marks_base()))
     exec_path = scratch / "exec.log"
     env = variant.env(mode=mode, concurrency=concurrency, exec_log=exec_path, mark_dir=mark)
     task = "retried" if mode in ("flaky", "fail") else "noop"
@@ -433,6 +436,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     times = log_reader.times()
     check = variant.driver("check", env=env)
     problems = verify(variant, counts, n, per_job, check, capped=w["capped"])
+    shutil.rmtree(mark, ignore_errors=True)
     span = max(times) - min(times)
     completed = sum(1 for c in counts.values() if c == per_job)
     rate = completed / span if span > 0 else float("inf")
