@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scale import probe_claim  # noqa: E402
 from bench.throughput import log, scratch_database, setup_django  # noqa: E402
 
 QUEUE_SETS = {
@@ -54,19 +55,6 @@ def fill(jobs, stale):
         if not stale:
             cursor.execute("ANALYZE")
     log(f"{jobs:,} due jobs in `bulk`, 100 in `mail`, in {time.perf_counter() - started:.0f} s")
-
-
-def time_claim(queues, limit):
-    from django.db import transaction
-
-    from jobs import db
-
-    with transaction.atomic():
-        started = time.perf_counter()
-        rows = db.claim(worker_id="probe", queues=queues, limit=limit, lease_seconds=60)
-        ms = (time.perf_counter() - started) * 1000
-        transaction.set_rollback(True)
-    return ms, len(rows)
 
 
 def explain(queues, limit):
@@ -115,7 +103,7 @@ def main():
         for label, queues in QUEUE_SETS.items():
             samples, got = [], 0
             for _ in range(args.repeat):
-                ms, got = time_claim(queues, limit)
+                ms, got = probe_claim(limit, queues)
                 samples.append(ms)
             log(
                 f"  limit {limit:>3}  {label:<18} {statistics.median(samples):8.2f} ms"

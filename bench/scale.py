@@ -215,7 +215,7 @@ def table_stats():
     }
 
 
-def probe_claim(limit):
+def probe_claim(limit, queues=None):
     """ms of one claim by the engine, rolled back; and how many rows it would have claimed."""
     from django.db import transaction
 
@@ -223,7 +223,7 @@ def probe_claim(limit):
 
     with transaction.atomic():
         started = time.perf_counter()
-        rows = db.claim(worker_id="scale-probe", queues=None, limit=limit, lease_seconds=60)
+        rows = db.claim(worker_id="scale-probe", queues=queues, limit=limit, lease_seconds=60)
         ms = (time.perf_counter() - started) * 1000
         transaction.set_rollback(True)
     return ms, len(rows)
