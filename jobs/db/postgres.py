@@ -221,6 +221,8 @@ class PostgresEngine(Engine):
         return min(super().claim_shape(queues), 2)
 
     def queues_ids(self, shape):
+        # Each queue's first LIMIT rows are locked; those the merge leaves out stay locked (and
+        # skipped by other workers) only until this claim commits.
         return f"""
             SELECT due.id FROM unnest(%s::text[]) AS q(name)
             CROSS JOIN LATERAL (
