@@ -18,13 +18,12 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.scale import probe_claim  # noqa: E402
+from bench.scale import explain_claim, probe_claim  # noqa: E402
 from bench.throughput import log, scratch_database, setup_django  # noqa: E402
 
 QUEUE_SETS = {
@@ -55,25 +54,6 @@ def fill(jobs, stale):
         if not stale:
             cursor.execute("ANALYZE")
     log(f"{jobs:,} due jobs in `bulk`, 100 in `mail`, in {time.perf_counter() - started:.0f} s")
-
-
-def explain(queues, limit):
-    from django.db import connection, transaction
-
-    from jobs import db
-
-    engine = db.engine()
-    sql = engine.claim_sql(queues)
-    params = engine.claim_params(uuid.uuid4(), 60, "probe", queues, limit)
-    if connection.vendor == "sqlite":
-        sql, prefix = sql.replace("?", "%s"), "EXPLAIN QUERY PLAN "
-    else:
-        prefix = "EXPLAIN (ANALYZE, BUFFERS) "
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(prefix + sql, params)
-        plan = "\n".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
-        transaction.set_rollback(True)
-    return plan
 
 
 def main():
@@ -110,7 +90,7 @@ def main():
                 f"  (max {max(samples):.2f}, {got} rows)"
             )
             if args.explain and queues and len(queues) > 1 and limit == 4:
-                print(explain(queues, limit))
+                print(explain_claim(limit, queues))
 
 
 if __name__ == "__main__":

@@ -229,22 +229,26 @@ def probe_claim(limit, queues=None):
     return ms, len(rows)
 
 
-def explain_claim(limit):
-    """EXPLAIN ANALYZE of the engine's claim statement, rolled back."""
+def explain_claim(limit, queues=None):
+    """The plan of the engine's claim statement (PostgreSQL: EXPLAIN ANALYZE), rolled back."""
     import uuid
 
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from jobs import db
 
     engine = db.engine()
+    if connection.vendor == "sqlite":
+        prefix = "EXPLAIN QUERY PLAN "
+    else:
+        prefix = "EXPLAIN (ANALYZE, BUFFERS) "
     with transaction.atomic():
         plan = sql(
-            "EXPLAIN (ANALYZE, BUFFERS) " + engine.claim_sql(None),
-            engine.claim_params(uuid.uuid4(), 60, "scale-explain", None, limit),
+            prefix + engine.claim_sql(queues),
+            engine.claim_params(uuid.uuid4(), 60, "scale-explain", queues, limit),
         )
         transaction.set_rollback(True)
-    return "\n".join(r[0] for r in plan)
+    return "\n".join(" ".join(str(c) for c in row) for row in plan)
 
 
 def latency(name, n, concurrency, interval, explain):
