@@ -11,13 +11,16 @@ timed in transactions it rolls back, --repeat times each, for: every queue (no f
 alone, `mail` alone, `mail` + `reports` (few due jobs beside a deep queue), `mail` + `bulk`, and
 `mail` + `reports` + `bulk`, at limits 4 and 200. A claim that reads only what it returns costs
 about the same whatever the queue list; one that reads every due job of its queues grows with
---jobs. --explain prints each multi-queue plan. Not part of the test suite.
+--jobs. --explain prints each multi-queue plan. --delayed N adds N jobs at a higher priority
+(10) that are not due for a day, half in each queue: a claim that walks them costs as much as
+they are many. Not part of the test suite.
 """
 
 import argparse
 import statistics
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +39,9 @@ QUEUE_SETS = {
 }
 
 
-def fill(jobs, stale):
+def fill(jobs, stale, delayed=0):
     from django.db import connection
+    from django.utils import timezone
 
     from jobsite.tasks import noop
 
@@ -51,9 +55,28 @@ def fill(jobs, stale):
         cursor.execute("UPDATE jobs_job SET queue_name = 'bulk'")
         noop.enqueue_many([((), {})] * 100)
         cursor.execute("UPDATE jobs_job SET queue_name = 'mail' WHERE queue_name <> 'bulk'")
+        later = noop.using(priority=10, run_after=timezone.now() + timedelta(days=1))
+        for queue in ("bulk", "mail"):
+            for start in range(0, delayed // 2, 10_000):
+                count = min(10_000, delayed // 2 - start)
+                later.using(queue_name=queue).enqueue_many([((), {})] * count)
+        # Each its own due time within the day, as real ones have (equal index keys would be
+        # stored once, and read as fast as one).
+        if connection.vendor == "postgresql":
+            spread = "run_after + random() * interval '1 day'"
+        else:
+            spread = (
+                "strftime('%Y-%m-%d %H:%M:%f', run_after, (abs(random()) % 86400) || ' seconds')"
+            )
+        cursor.execute(f"UPDATE jobs_job SET run_after = {spread} WHERE priority = 10")
+        if connection.vendor == "postgresql":
+            cursor.execute("VACUUM jobs_job")
         if not stale:
             cursor.execute("ANALYZE")
-    log(f"{jobs:,} due jobs in `bulk`, 100 in `mail`, in {time.perf_counter() - started:.0f} s")
+    log(
+        f"{jobs:,} due jobs in `bulk`, 100 in `mail`, {delayed:,} at a higher priority due "
+        f"tomorrow, in {time.perf_counter() - started:.0f} s"
+    )
 
 
 def main():
@@ -67,6 +90,9 @@ def main():
         action="store_true",
         help="statistics taken before the jobs were added (a first burst, no autovacuum yet)",
     )
+    parser.add_argument(
+        "--delayed", type=int, default=0, help="jobs at a higher priority, not due for a day"
+    )
     args = parser.parse_args()
     setup_django(scratch_database(args.db))
 
@@ -74,7 +100,7 @@ def main():
 
     from jobs import db
 
-    fill(args.jobs, args.stale_stats)
+    fill(args.jobs, args.stale_stats, args.delayed)
     if connection.vendor == "postgresql":
         connection.ensure_connection()
         db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=10)

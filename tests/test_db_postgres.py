@@ -1,9 +1,11 @@
 """What only the PostgreSQL engine does (jobs/db/postgres.py)."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from jobs import db
 from jobsite.tasks import noop
@@ -17,10 +19,16 @@ def claim_plan(queues=None, limit=200, analyze=False):
     engine = db.engine()
     with connection.cursor() as cursor:
         cursor.execute(
-            ("EXPLAIN ANALYZE " if analyze else "EXPLAIN ") + engine.claim_sql(queues),
+            ("EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN ") + engine.claim_sql(queues),
             engine.claim_params("0" * 32, 60.0, "w", queues, limit),
         )
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def pages_read(plan):
+    """The buffers read to pick the jobs to claim, from EXPLAIN (ANALYZE, BUFFERS)."""
+    picking = re.search(r'Subquery Scan on "ANY_subquery".*\n\s*Buffers: shared (.*)', plan)
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", picking.group(1)))
 
 
 @pytest.fixture
@@ -52,6 +60,28 @@ def test_a_claim_of_named_queues_reads_no_more_rows_than_it_claims(stale_statist
 
     scans = re.findall(r"Index Scan using job_claimable_queue .*actual time=\S+ rows=(\d+)", plan)
     assert scans and all(int(rows) <= 4 for rows in scans), plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_of_a_higher_priority_not_yet_due_are_not_read_by_a_claim_of_every_queue():
+    db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=5)
+    noop.enqueue_many([((), {})] * 20)
+    alone = pages_read(claim_plan(limit=4, analyze=True))
+    tomorrow = timezone.now() + timedelta(days=1)
+    noop.using(priority=10, run_after=tomorrow).enqueue_many([((), {})] * 20_000)
+    with connection.cursor() as cursor:
+        # Each its own due time, as real ones have: equal index keys are stored, and read, once.
+        cursor.execute(
+            "UPDATE jobs_job SET run_after = run_after + random() * interval '1 day' "
+            "WHERE priority = 10"
+        )
+        cursor.execute("VACUUM jobs_job")
+
+    plan = claim_plan(limit=4, analyze=True)
+
+    # Read as one range, the claim index's first 20,000 entries (about 60 pages) come first.
+    # Read as one range, 20,000 entries (~110 index pages) come first; a level costs descents.
+    assert pages_read(plan) <= alone + 30, plan
 
 
 @pytest.mark.django_db

@@ -1,44 +1,71 @@
 """What only the SQLite engine does (jobs/db/sqlite.py)."""
 
+from datetime import timedelta
+
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
 
 from jobs import db
 from jobs.db import sqlite
+from jobs.models import Job
+from jobsite.tasks import noop
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "sqlite", reason="the SQLite engine's own statements"
 )
 
 
-def claim_plan(queues):
-    engine = db.engine()
+def plan(statement, params):
     with connection.cursor() as cursor:
-        cursor.execute(
-            "EXPLAIN QUERY PLAN " + engine.claim_sql(queues),
-            engine.claim_params("0" * 32, 60.0, "w", queues, 10),
-        )
+        cursor.execute("EXPLAIN QUERY PLAN " + statement.replace("?", "%s"), params)
         return [row[3] for row in cursor.fetchall()]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(
-    "queues, index", [(None, "job_claimable"), (["default"], "job_claimable_queue")]
-)
-def test_a_claim_reads_due_jobs_in_claim_order_from_a_claim_index(queues, index):
-    plan = claim_plan(queues)
-    assert any(f"USING INDEX {index}" in step for step in plan), plan
-    assert not any("TEMP B-TREE" in step for step in plan), plan
+@pytest.mark.parametrize("shape, index", [(0, "job_claimable"), (1, "job_claimable_queue")])
+def test_each_step_of_a_claims_walk_reads_a_claim_index_in_order(shape, index):
+    for statement in db.engine().level_statements[shape]:
+        steps = plan(statement, ["default", 0, 10][3 - statement.count("?") :])
+        assert any(f"USING INDEX {index}" in step for step in steps), steps
+        assert not any("TEMP B-TREE" in step for step in steps), steps
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("queues", [["emails", "default"], ["default", "a", "b"]])
-def test_a_claim_of_several_queues_reads_each_queue_in_claim_order_and_merges(queues):
-    plan = claim_plan(queues)
-    searches = [s for s in plan if "USING INDEX job_claimable_queue (queue_name=?)" in s]
-    assert len(searches) == len(queues), plan
-    # One sort: the merge of each queue's first LIMIT rows, not of every due row.
-    assert sum("TEMP B-TREE" in step for step in plan) == 1, plan
+def test_a_claim_reads_one_priority_level_at_a_time():
+    top, below, due = db.engine().level_statements[1]
+    assert "(queue_name=? AND priority<?)" in plan(below, ["default", 0])[0]
+    assert "(queue_name=? AND priority=? AND run_after<?)" in plan(due, ["default", 0, 10])[0]
+
+
+@pytest.mark.django_db
+def test_a_claim_updates_the_jobs_it_picked_by_their_primary_key():
+    steps = plan(db.engine().claim_ids_sql, ["0" * 32, 60.0, "w", "[]"])
+    assert steps[0].startswith("SEARCH jobs_job USING INDEX sqlite_autoindex_jobs_job"), steps
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["default"], ["emails", "default"]])
+def test_jobs_of_a_higher_priority_not_yet_due_cost_a_claim_nothing(queues):
+    noop.enqueue_many([((), {})] * 5)
+
+    def steps_of_a_claim():
+        # The virtual machine's steps, counted in hundreds: how much a claim reads, not time.
+        steps = []
+        connection.connection.set_progress_handler(lambda: steps.append(1) and 0, 100)
+        try:
+            with transaction.atomic():
+                assert len(db.claim(worker_id="w", queues=queues, limit=4, lease_seconds=60)) == 4
+                transaction.set_rollback(True)
+        finally:
+            connection.connection.set_progress_handler(None, 100)
+        return len(steps)
+
+    alone = steps_of_a_claim()
+    ids = noop.using(priority=10).enqueue_many([((), {})] * 2000)
+    Job.objects.filter(id__in=ids).update(run_after=timezone.now() + timedelta(days=1))
+
+    assert steps_of_a_claim() <= alone + 5
 
 
 @pytest.mark.django_db

@@ -180,15 +180,31 @@ class Engine:
     def claim_params(self, lease_id, lease_seconds, worker_id, queues, limit) -> list:
         """The parameters of claim_sql(queues), in order."""
         sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
-        if not queues:
-            return [*sets, limit]
-        if len(queues) == 1:
-            return [*sets, queues[0], limit]
-        return sets + self.queues_params(queues, limit)
+        return sets + self.ids_params(queues, limit)
+
+    def ids_params(self, queues, limit) -> list:
+        """The parameters of claim_ids, in order."""
+        raise NotImplementedError
 
     def claim_source(self, shape: int) -> str:
         """The table a claim reads due jobs from (SQLite names the index to read it by)."""
         return JOB
+
+    # A claim can walk the claim index one priority at a time (PostgreSQL's claims of every
+    # queue, all of SQLite's: see each engine). Read as one range, the index puts every job of
+    # a higher priority first, due or not: 200,000 jobs at priority 10 waiting for tomorrow (or
+    # for their backoff) were read by every claim of the due jobs at priority 0. Within one
+    # priority the index is in due order, so each level's due jobs are read in claim order and
+    # the read stops at the first not yet due; `top_level` finds the next level down in one
+    # index descent.
+
+    def top_level(self, queue_test: str, shape: int, below: str = "") -> str:
+        """The highest priority among claimable jobs (`below`: `AND priority < ...`)."""
+        return f"""
+            SELECT priority FROM {self.claim_source(shape)}
+            WHERE state IN ({sql_in(CLAIMABLE)}) {queue_test} {below}
+            ORDER BY priority DESC LIMIT 1
+        """
 
     def due_jobs(self, columns: str, queue_test: str, shape: int) -> str:
         """Due jobs in claim order, up to a LIMIT placeholder."""
@@ -203,25 +219,7 @@ class Engine:
         """
 
     def claim_ids(self, shape: int) -> str:
-        """The ids a claim of this shape takes.
-
-        Each claim index is in claim order, so a claim of every queue or of one queue reads
-        LIMIT rows from one and stops. Rows of several queues are in claim order within each
-        queue only: read together (`queue_name IN (...)`), every due row of those queues is read
-        and sorted on every claim. So each queue's first LIMIT rows are read on their own and
-        merged (queues_ids).
-        """
-        if shape == 0:
-            return self.due_jobs("id", "", shape)
-        if shape == 1:
-            return self.due_jobs("id", "AND queue_name = %s", shape)
-        return self.queues_ids(shape)
-
-    def queues_ids(self, shape: int) -> str:
-        """claim_ids for a claim of several queues (parameters: queues_params)."""
-        raise NotImplementedError
-
-    def queues_params(self, queues, limit) -> list:
+        """The ids a claim of this shape takes (parameters: ids_params)."""
         raise NotImplementedError
 
     def build_claim_sql(self, shape: int) -> str:

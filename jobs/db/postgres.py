@@ -220,7 +220,14 @@ class PostgresEngine(Engine):
         # Several queues are one array parameter, so the text stays the same for any list.
         return min(super().claim_shape(queues), 2)
 
-    def queues_ids(self, shape):
+    def claim_ids(self, shape):
+        if shape == 0:
+            return self.by_level("id", "", shape)
+        # A named queue's due jobs are read in one range of job_claimable_queue, not level by
+        # level: a priority = level.priority read may equally use job_claimable with a queue
+        # filter, and with stale statistics the planner does, reading other queues' due jobs.
+        if shape == 1:
+            return self.due_jobs("id", "AND queue_name = %s", shape)
         # Each queue's first LIMIT rows are locked; those the merge leaves out stay locked (and
         # skipped by other workers) only until this claim commits.
         return f"""
@@ -232,7 +239,31 @@ class PostgresEngine(Engine):
             LIMIT %s
         """
 
-    def queues_params(self, queues, limit):
+    def by_level(self, columns, queue_test, shape):
+        """Due jobs in claim order, read one priority level at a time (engine.top_level).
+
+        No ORDER BY at the end, on purpose: sorting would read every level, locking up to LIMIT
+        rows in each. The recursive query yields the levels from the highest down, and the
+        nested loop over them keeps that order, so the first LIMIT rows are the claim's.
+        """
+        below = self.top_level(queue_test, shape, "AND priority < level.priority")
+        due = self.due_jobs(columns, f"{queue_test} AND priority = level.priority", shape)
+        picked = ", ".join(f"due.{c.strip()}" for c in columns.split(","))
+        return f"""
+            WITH RECURSIVE level(priority) AS (
+                ({self.top_level(queue_test, shape)})
+                UNION ALL
+                SELECT ({below}) FROM level WHERE level.priority IS NOT NULL
+            )
+            SELECT {picked} FROM level CROSS JOIN LATERAL ({due}) AS due
+            LIMIT %s
+        """
+
+    def ids_params(self, queues, limit):
+        if not queues:
+            return [limit, limit]
+        if len(queues) == 1:
+            return [queues[0], limit]
         return [list(queues), limit, limit]
 
     def run_claim(self, sql, params):

@@ -11,6 +11,7 @@ finish is three steps in its transaction (the guarded update, the attempt rows, 
 continuations and counters); there are no wake-ups, workers poll.
 """
 
+import json
 import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
-from ..states import JobState
+from ..states import CLAIMABLE, JobState
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
@@ -32,6 +33,7 @@ from .engine import (
     insert_value,
     parse_time,
     parse_uuid,
+    sql_in,
     sql_state,
 )
 from .records import OUTCOME_COLUMNS, Finish
@@ -131,22 +133,61 @@ class SQLiteEngine(Engine):
         index = "job_claimable_queue" if shape else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
 
-    def queues_ids(self, shape):
-        each = self.due_jobs("id, priority, run_after", "AND queue_name = %s", shape)
-        merged = " UNION ALL ".join([f"SELECT * FROM ({each})"] * shape)
-        return f"SELECT id FROM ({merged}) ORDER BY priority DESC, run_after LIMIT %s"
+    def claim(self, *, worker_id, queues, limit, lease_seconds):
+        """Claim up to `limit` due jobs in priority order, one fresh lease_id.
 
-    def queues_params(self, queues, limit):
-        return [p for queue in queues for p in (queue, limit)] + [limit]
+        Read level by level from Python (SQLite has no LATERAL; its statements cost a function
+        call, not a round trip), then claimed in one guarded update.
+        """
+        lease_id = uuid.uuid4()
+        with transaction.atomic(savepoint=False), raw_cursor() as cursor:
+            due = []
+            for queue in dict.fromkeys(queues) if queues else [None]:
+                due += self._due_by_level(cursor, queue, limit)
+            due.sort(key=lambda row: (-row[1], row[2]))
+            ids = [row[0] for row in due[:limit]]
+            if not ids:
+                return []
+            sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
+            rows = cursor.execute(self.claim_ids_sql, [*sets, json.dumps(ids)]).fetchall()
+        place = {job_id: i for i, job_id in enumerate(ids)}
+        rows.sort(key=lambda r: place[r[0]])
+        return [self.claimed_from_row(r, lease_id) for r in rows]
 
-    def build_claim_sql(self, shape):
-        # Written for sqlite3's own cursor (raw_cursor); Django's cursor runs it as it is too.
-        return super().build_claim_sql(shape).replace("%s", "?")
+    def _due_by_level(self, cursor, queue, limit) -> list:
+        """(id, priority, run_after) of up to `limit` due jobs of `queue` (None: any queue)."""
+        top, below, due = self.level_statements[1 if queue else 0]
+        asked = [queue] if queue else []
+        rows = []
+        level = cursor.execute(top, asked).fetchone()
+        while level is not None and len(rows) < limit:
+            rows += cursor.execute(due, [*asked, level[0], limit - len(rows)]).fetchall()
+            level = cursor.execute(below, [*asked, level[0]]).fetchone()
+        return rows
 
-    def run_claim(self, sql: str, params: list) -> list:
-        with raw_cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+    @cached_property
+    def level_statements(self) -> dict[int, tuple[str, str, str]]:
+        """A claim's walk, by shape (0: any queue, 1: one queue): the top level, the next level
+        down, a level's due jobs."""
+        walks = {}
+        for shape, queue_test in ((0, ""), (1, "AND queue_name = %s")):
+            statements = (
+                self.top_level(queue_test, shape),
+                self.top_level(queue_test, shape, "AND priority < %s"),
+                self.due_jobs("id, priority, run_after", f"{queue_test} AND priority = %s", shape),
+            )
+            walks[shape] = tuple(s.replace("%s", "?") for s in statements)
+        return walks
+
+    @cached_property
+    def claim_ids_sql(self):
+        # `+state`: without statistics the planner would read every claimable row by state
+        # from a console index; the unary plus keeps it on the primary key.
+        return f"""
+            UPDATE {JOB} SET {self.claim_sets()}
+            WHERE id IN (SELECT value FROM json_each(%s)) AND +state IN ({sql_in(CLAIMABLE)})
+            RETURNING {self.claimed_columns()}
+        """.replace("%s", "?")
 
     # --- enqueue ------------------------------------------------------------------------------
 
