@@ -230,7 +230,8 @@ def probe_claim(limit, queues=None):
 
 
 def explain_claim(limit, queues=None):
-    """The plan of the engine's claim statement (PostgreSQL: EXPLAIN ANALYZE), rolled back."""
+    """The plan of the engine's claim (PostgreSQL: EXPLAIN ANALYZE of its one statement;
+    SQLite: EXPLAIN QUERY PLAN of each statement of its walk), rolled back."""
     import uuid
 
     from django.db import connection, transaction
@@ -239,12 +240,23 @@ def explain_claim(limit, queues=None):
 
     engine = db.engine()
     if connection.vendor == "sqlite":
-        prefix = "EXPLAIN QUERY PLAN "
-    else:
-        prefix = "EXPLAIN (ANALYZE, BUFFERS) "
+        queue = queues[0] if queues else None
+        top, below, due, _ = engine.walk[1 if queue else 0]
+        asked = [queue] if queue else []
+        statements = [
+            (top, asked),
+            (below, [*asked, 0]),
+            (due, [*asked, 0, limit]),
+            (engine.claim_ids_sql, ["0" * 32, 60, "scale-explain", "[]"]),
+        ]
+        plans = []
+        for statement, params in statements:
+            rows = sql("EXPLAIN QUERY PLAN " + statement.replace("?", "%s"), params)
+            plans.append(" / ".join(str(row[3]) for row in rows))
+        return "\n".join(plans)
     with transaction.atomic():
         plan = sql(
-            prefix + engine.claim_sql(queues),
+            "EXPLAIN (ANALYZE, BUFFERS) " + engine.claim_sql(queues),
             engine.claim_params(uuid.uuid4(), 60, "scale-explain", queues, limit),
         )
         transaction.set_rollback(True)

@@ -22,24 +22,35 @@ def plan(statement, params):
         return [row[3] for row in cursor.fetchall()]
 
 
+def walk_plans(shape):
+    """The plan of each statement of a claim's walk (engine.walk), by name."""
+    top, below, due, claim = db.engine().walk[shape]
+    asked = ["default"] if shape else []
+    return {
+        "top": plan(top, asked),
+        "below": plan(below, [*asked, 0]),
+        "due": plan(due, [*asked, 0, 10]),
+        "claim": plan(claim, ["0" * 32, 60.0, "w", *asked, 0, 10]),
+    }
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("shape, index", [(0, "job_claimable"), (1, "job_claimable_queue")])
 def test_each_step_of_a_claims_walk_reads_a_claim_index_in_order(shape, index):
-    for statement in db.engine().level_statements[shape]:
-        steps = plan(statement, ["default", 0, 10][3 - statement.count("?") :])
+    for steps in walk_plans(shape).values():
         assert any(f"USING INDEX {index}" in step for step in steps), steps
         assert not any("TEMP B-TREE" in step for step in steps), steps
 
 
 @pytest.mark.django_db
 def test_a_claim_reads_one_priority_level_at_a_time():
-    top, below, due = db.engine().level_statements[1]
-    assert "(queue_name=? AND priority<?)" in plan(below, ["default", 0])[0]
-    assert "(queue_name=? AND priority=? AND run_after<?)" in plan(due, ["default", 0, 10])[0]
+    plans = walk_plans(1)
+    assert "(queue_name=? AND priority<?)" in plans["below"][0]
+    assert "(queue_name=? AND priority=? AND run_after<?)" in plans["due"][0]
 
 
 @pytest.mark.django_db
-def test_a_claim_updates_the_jobs_it_picked_by_their_primary_key():
+def test_a_claim_of_several_queues_updates_the_jobs_it_picked_by_their_primary_key():
     steps = plan(db.engine().claim_ids_sql, ["0" * 32, 60.0, "w", "[]"])
     assert steps[0].startswith("SEARCH jobs_job USING INDEX sqlite_autoindex_jobs_job"), steps
 

@@ -136,51 +136,79 @@ class SQLiteEngine(Engine):
     def claim(self, *, worker_id, queues, limit, lease_seconds):
         """Claim up to `limit` due jobs in priority order, one fresh lease_id.
 
-        Read level by level from Python (SQLite has no LATERAL; its statements cost a function
-        call, not a round trip), then claimed in one guarded update.
+        The walk over priority levels runs from Python (SQLite has no LATERAL; a statement
+        costs a function call here, not a round trip). One queue or every queue: each level's
+        due jobs are claimed by one update, until `limit`. Several queues: each one's first
+        `limit` due jobs are read, the first `limit` across them claimed by one update.
         """
         lease_id = uuid.uuid4()
+        sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
+        queues = list(dict.fromkeys(queues)) if queues else []
         with transaction.atomic(savepoint=False), raw_cursor() as cursor:
-            due = []
-            for queue in dict.fromkeys(queues) if queues else [None]:
-                due += self._due_by_level(cursor, queue, limit)
-            due.sort(key=lambda row: (-row[1], row[2]))
-            ids = [row[0] for row in due[:limit]]
-            if not ids:
-                return []
-            sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
-            rows = cursor.execute(self.claim_ids_sql, [*sets, json.dumps(ids)]).fetchall()
-        place = {job_id: i for i, job_id in enumerate(ids)}
-        rows.sort(key=lambda r: place[r[0]])
-        return [self.claimed_from_row(r, lease_id) for r in rows]
+            if len(queues) > 1:
+                rows = self._claim_merged(cursor, sets, queues, limit)
+            else:
+                rows = self._claim_by_level(cursor, sets, queues[0] if queues else None, limit)
+        claimed = [self.claimed_from_row(r, lease_id) for r in rows]
+        claimed.sort(key=lambda c: -c.priority)
+        return claimed
 
-    def _due_by_level(self, cursor, queue, limit) -> list:
-        """(id, priority, run_after) of up to `limit` due jobs of `queue` (None: any queue)."""
-        top, below, due = self.level_statements[1 if queue else 0]
+    def _levels(self, cursor, queue):
+        """The priorities of `queue`'s claimable jobs (None: any queue's), highest first."""
+        top, below = self.walk[1 if queue else 0][:2]
+        asked = [queue] if queue else []
+        level = cursor.execute(top, asked).fetchone()
+        while level is not None:
+            yield level[0]
+            level = cursor.execute(below, [*asked, level[0]]).fetchone()
+
+    def _claim_by_level(self, cursor, sets, queue, limit) -> list:
+        claim = self.walk[1 if queue else 0][3]
         asked = [queue] if queue else []
         rows = []
-        level = cursor.execute(top, asked).fetchone()
-        while level is not None and len(rows) < limit:
-            rows += cursor.execute(due, [*asked, level[0], limit - len(rows)]).fetchall()
-            level = cursor.execute(below, [*asked, level[0]]).fetchone()
+        for level in self._levels(cursor, queue):
+            rows += cursor.execute(claim, [*sets, *asked, level, limit - len(rows)]).fetchall()
+            if len(rows) >= limit:
+                break
         return rows
 
+    def _claim_merged(self, cursor, sets, queues, limit) -> list:
+        due = []
+        for queue in queues:
+            found = []
+            for level in self._levels(cursor, queue):
+                params = [queue, level, limit - len(found)]
+                found += cursor.execute(self.walk[1][2], params).fetchall()
+                if len(found) >= limit:
+                    break
+            due += found
+        due.sort(key=lambda row: (-row[1], row[2]))
+        ids = json.dumps([row[0] for row in due[:limit]])
+        return cursor.execute(self.claim_ids_sql, [*sets, ids]).fetchall() if due else []
+
     @cached_property
-    def level_statements(self) -> dict[int, tuple[str, str, str]]:
-        """A claim's walk, by shape (0: any queue, 1: one queue): the top level, the next level
-        down, a level's due jobs."""
+    def walk(self) -> dict[int, tuple[str, str, str, str]]:
+        """A claim's statements, by shape (0: every queue, 1: one queue): the top priority
+        level, the next level down, a level's due jobs, and the claim of a level's due jobs."""
         walks = {}
         for shape, queue_test in ((0, ""), (1, "AND queue_name = %s")):
+            at_level = f"{queue_test} AND priority = %s"
             statements = (
                 self.top_level(queue_test, shape),
                 self.top_level(queue_test, shape, "AND priority < %s"),
-                self.due_jobs("id, priority, run_after", f"{queue_test} AND priority = %s", shape),
+                self.due_jobs("id, priority, run_after", at_level, shape),
+                f"""
+                    UPDATE {JOB} SET {self.claim_sets()}
+                    WHERE id IN ({self.due_jobs("id", at_level, shape)})
+                    RETURNING {self.claimed_columns()}
+                """,
             )
             walks[shape] = tuple(s.replace("%s", "?") for s in statements)
         return walks
 
     @cached_property
     def claim_ids_sql(self):
+        """The claim of the jobs whose ids are given as one JSON array."""
         # `+state`: without statistics the planner would read every claimable row by state
         # from a console index; the unary plus keeps it on the primary key.
         return f"""
