@@ -15,6 +15,7 @@ from .states import (
     ACTIVE,
     CLAIMABLE,
     TERMINAL,
+    UNCLAIMABLE,
     WAITING,
     AttemptOutcome,
     DeadLetterReason,
@@ -141,10 +142,15 @@ class Job(models.Model):
             ),
         ]
         indexes = [
-            # Claiming: due jobs in priority order, per queue or across all queues.
+            # Claiming: due jobs in priority order, per queue or across all queues. The same
+            # rows, said two ways: a claim of named queues says "not unclaimable", which only
+            # the queue index's condition follows from, so PostgreSQL can only read it there.
+            # Said alike, a read of one queue's priority level could just as well take
+            # job_claimable with a filter on the queue, and with stale statistics it does,
+            # reading the other queues' due jobs of that level.
             models.Index(
                 fields=["queue_name", "-priority", "run_after"],
-                condition=Q(state__in=list(CLAIMABLE)),
+                condition=~Q(state__in=UNCLAIMABLE),
                 name="job_claimable_queue",
             ),
             models.Index(

@@ -100,6 +100,9 @@ def check_transition(source: str, target: str) -> None:
 
 # Claimable once run_after has passed; "run now" brings that moment forward.
 CLAIMABLE = sources_of(JobState.RUNNING)
+# Every other state: the claim index of named queues is defined by excluding these (see
+# jobs.models). Sorted: index conditions name it.
+UNCLAIMABLE = tuple(sorted(set(JobState) - set(CLAIMABLE)))
 # Not started, and ended at once by an operator's cancel or by not_after expiry (a running job
 # is cancelled cooperatively: its worker sees the request). Sorted: index conditions name it.
 WAITING = tuple(sorted(set(sources_of(JobState.CANCELLED)) - {JobState.RUNNING}))

@@ -23,6 +23,7 @@ from ..states import (
     CLAIMABLE,
     FAILED_ATTEMPT,
     TERMINAL,
+    UNCLAIMABLE,
     WAITING,
     AttemptOutcome,
     JobState,
@@ -190,19 +191,24 @@ class Engine:
         """The table a claim reads due jobs from (SQLite names the index to read it by)."""
         return JOB
 
-    # A claim can walk the claim index one priority at a time (PostgreSQL's claims of every
-    # queue, all of SQLite's: see each engine). Read as one range, the index puts every job of
-    # a higher priority first, due or not: 200,000 jobs at priority 10 waiting for tomorrow (or
-    # for their backoff) were read by every claim of the due jobs at priority 0. Within one
-    # priority the index is in due order, so each level's due jobs are read in claim order and
-    # the read stops at the first not yet due; `top_level` finds the next level down in one
-    # index descent.
+    # A claim walks the claim index one priority at a time. Read as one range, the index puts
+    # every job of a higher priority first, due or not: 200,000 jobs at priority 10 waiting for
+    # tomorrow (or for their backoff) were read by every claim of the due jobs at priority 0.
+    # Within one priority the index is in due order, so each level's due jobs are read in claim
+    # order and the read stops at the first not yet due; `top_level` finds the next level down
+    # in one index descent.
+
+    def claimable(self, shape: int) -> str:
+        """Claimable, said as the claim index of this shape says it (jobs.models: why)."""
+        if shape:
+            return f"NOT (state IN ({sql_in(UNCLAIMABLE)}))"
+        return f"state IN ({sql_in(CLAIMABLE)})"
 
     def top_level(self, queue_test: str, shape: int, below: str = "") -> str:
         """The highest priority among claimable jobs (`below`: `AND priority < ...`)."""
         return f"""
             SELECT priority FROM {self.claim_source(shape)}
-            WHERE state IN ({sql_in(CLAIMABLE)}) {queue_test} {below}
+            WHERE {self.claimable(shape)} {queue_test} {below}
             ORDER BY priority DESC LIMIT 1
         """
 
@@ -210,7 +216,7 @@ class Engine:
         """Due jobs in claim order, up to a LIMIT placeholder."""
         return f"""
             SELECT {columns} FROM {self.claim_source(shape)}
-            WHERE state IN ({sql_in(CLAIMABLE)}) AND run_after <= {self.now}
+            WHERE {self.claimable(shape)} AND run_after <= {self.now}
               AND attempt < max_attempts
               AND (not_after IS NULL OR not_after > {self.now}) {queue_test}
               AND queue_name NOT IN (SELECT name FROM {PAUSED})

@@ -221,19 +221,14 @@ class PostgresEngine(Engine):
         return min(super().claim_shape(queues), 2)
 
     def claim_ids(self, shape):
-        if shape == 0:
-            return self.by_level("id", "", shape)
-        # A named queue's due jobs are read in one range of job_claimable_queue, not level by
-        # level: a priority = level.priority read may equally use job_claimable with a queue
-        # filter, and with stale statistics the planner does, reading other queues' due jobs.
-        if shape == 1:
-            return self.due_jobs("id", "AND queue_name = %s", shape)
+        if shape < 2:
+            return self.by_level("id", "AND queue_name = %s" if shape else "", shape)
         # Each queue's first LIMIT rows are locked; those the merge leaves out stay locked (and
         # skipped by other workers) only until this claim commits.
         return f"""
             SELECT due.id FROM unnest(%s::text[]) AS q(name)
             CROSS JOIN LATERAL (
-                {self.due_jobs("id, priority, run_after", "AND queue_name = q.name", shape)}
+                {self.by_level("id, priority, run_after", "AND queue_name = q.name", shape)}
             ) AS due
             ORDER BY due.priority DESC, due.run_after
             LIMIT %s
@@ -263,8 +258,8 @@ class PostgresEngine(Engine):
         if not queues:
             return [limit, limit]
         if len(queues) == 1:
-            return [queues[0], limit]
-        return [list(queues), limit, limit]
+            return [*queues * 3, limit, limit]  # the queue in both level lookups and the read
+        return [list(queues), limit, limit, limit]
 
     def run_claim(self, sql, params):
         with BoundCursor() as cursor:
