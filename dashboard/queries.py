@@ -13,10 +13,10 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.db.models.functions import TruncMinute
 
-from jobs import queues, state_counts, timing
+from jobs import db, queues, state_counts, timing
 from jobs.models import Attempt, AuditEntry, Job, WorkerNode
 from jobs.search import search
-from jobs.states import CLAIMABLE, AttemptOutcome, JobState, is_failed_attempt
+from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
 from .columns import LIST_COLUMNS
 from .counts import STATE_CAP, Tally, tally
@@ -156,9 +156,8 @@ def oldest_due(queue: str, now: datetime) -> datetime | None:
     priority is one probe; the priorities in use are found by skipping through the index.
     """
     table = connection.ops.quote_name(Job._meta.db_table)
-    # Written out, not bound, so the planner sees that the partial claim index applies.
-    claimable = "state IN (" + ", ".join(f"'{s.value}'" for s in CLAIMABLE) + ")"
-    due = f"queue_name = %s AND {claimable}"
+    # Said as the queue claim index says it (jobs.models), so the planner can read that index.
+    due = f"queue_name = %s AND {db.engine().claimable(1)}"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
