@@ -79,7 +79,7 @@ def main():
     wrap(Engine, "finish", "  finish: every step")
     wrap(engine, "finish_chunk", "    the guarded update (+ attempt rows on SQLite)")
     wrap(engine, "after_finish", "    continuations and counters")
-    wrap(Engine, "claim", "  claim")
+    wrap(engine, "claim", "  claim")
     statements = collections.Counter()
 
     def count(execute, sql, params, many, context):
