@@ -13,7 +13,9 @@ alone, `mail` alone, `mail` + `reports` (few due jobs beside a deep queue), `mai
 about the same whatever the queue list; one that reads every due job of its queues grows with
 --jobs. --explain prints each multi-queue plan. --delayed N adds N jobs at a higher priority
 (10) that are not due for a day, half in each queue: a claim that walks them costs as much as
-they are many. Not part of the test suite.
+they are many. --committed N instead makes N committed 4-job claims per queue set, as a worker
+does (its prepared statement reused), and reports how PostgreSQL planned them. Not part of the
+test suite.
 """
 
 import argparse
@@ -93,6 +95,13 @@ def main():
     parser.add_argument(
         "--delayed", type=int, default=0, help="jobs at a higher priority, not due for a day"
     )
+    parser.add_argument(
+        "--committed",
+        type=int,
+        metavar="N",
+        help="instead: N committed 4-job claims per queue set, and (PostgreSQL) how often the "
+        "prepared claims were planned afresh (custom) or reused a generic plan",
+    )
     args = parser.parse_args()
     setup_django(scratch_database(args.db))
 
@@ -104,6 +113,9 @@ def main():
     if connection.vendor == "postgresql":
         connection.ensure_connection()
         db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=10)
+    if args.committed:
+        committed_claims(args.committed)
+        return
     log(f"{connection.vendor}: claim ms (median of {args.repeat}, rolled back)")
     for limit in (4, 200):
         for label, queues in QUEUE_SETS.items():
@@ -117,6 +129,30 @@ def main():
             )
             if args.explain and queues and len(queues) > 1 and limit == 4:
                 print(explain_claim(limit, queues))
+
+
+def committed_claims(n):
+    """As a worker claims: each claim commits, so a connection's prepared claim is reused."""
+    from django.db import connection
+
+    from jobs import db
+
+    log(f"{connection.vendor}: committed 4-job claim ms (median of the last {n - 5} of {n})")
+    for label, queues in QUEUE_SETS.items():
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            db.claim(worker_id="committed-probe", queues=queues, limit=4, lease_seconds=60)
+            samples.append((time.perf_counter() - started) * 1000)
+        log(f"  {label:<18} {statistics.median(samples[5:]):8.2f} ms")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements "
+                "WHERE statement LIKE '%%SKIP LOCKED%%'"
+            )
+            generic, custom = cursor.fetchone()
+        log(f"  prepared claims: {generic} runs on a generic plan, {custom} planned afresh")
 
 
 if __name__ == "__main__":
