@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
 from tests.test_dashboard_views import PASSWORD
@@ -104,6 +105,19 @@ def settled(page):
     ticked while a refresh is swapping the list in would be ticked on the row swapped out."""
     page.wait_for_load_state("networkidle")
     return page
+
+
+def tick(box):
+    """Tick a checkbox in a live list. A refresh that swaps the list in mid-click replaces the
+    box being clicked, and the click is lost with the old row; tick again, as a person would
+    (the locator finds the new row's box)."""
+    for attempt in range(3):
+        try:
+            box.check()
+            return
+        except PlaywrightError as error:
+            if "did not change its state" not in str(error) or attempt == 2:
+                raise
 
 
 def base_of(page):

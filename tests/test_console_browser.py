@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from jobs.models import Attempt, Job
 from jobs.states import JobState
-from tests.browser import PHONE, base_of, screenshot_pages, settled
+from tests.browser import PHONE, base_of, screenshot_pages, settled, tick
 from tests.factories import dead_letter_of_add
 from tests.test_dashboard_views import make_job
 
@@ -198,7 +198,7 @@ def test_ticking_a_row_pauses_the_dead_letter_list_and_says_so(open_console):
     dead_letter_of_add()
     page = open_console()
     page.goto(f"{base_of(page)}/dead-letters/")
-    settled(page).locator('input[name="ids"]').first.check()
+    tick(settled(page).locator('input[name="ids"]').first)
     expect(page.locator("[data-live-status]")).to_have_text("Paused: rows are ticked")
 
 
@@ -222,7 +222,7 @@ def test_a_refresh_landing_after_a_row_was_ticked_keeps_the_tick(open_console):
         page.wait_for_timeout(100)
     assert held, "the refresh never left"
     box = page.locator('input[name="ids"]').first
-    box.check()
+    tick(box)
     page.evaluate(
         "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
     )

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from jobs.models import Job, Schedule
 from jobs.states import JobState
-from tests.browser import screenshot_pages, settled
+from tests.browser import screenshot_pages, settled, tick
 from tests.factories import dead_letter_of_add
 from tests.test_dashboard_views import make_job
 from tests.test_schedules import with_schedules
@@ -86,7 +86,7 @@ def test_bulk_retry_of_ticked_rows_asks_first_then_retries_them(open_console):
     jobs = [dead_letter_of_add() for _ in range(3)]
     page = open_console()
     page.goto(f"{page.url}dead-letters/")
-    settled(page).get_by_label("Tick every row on this page").check()
+    tick(settled(page).get_by_label("Tick every row on this page"))
     page.get_by_role("button", name="Ticked rows…").click()
     expect(page.get_by_text("Retry 3 dead letters?")).to_be_visible()
     assert Job.objects.filter(state=JobState.PENDING).count() == 0
