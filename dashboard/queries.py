@@ -152,27 +152,21 @@ def _none_in(split: dict[str, Tally]) -> Tally:
 def oldest_due(queue: str, now: datetime) -> datetime | None:
     """The earliest run_after among the due jobs of `queue`.
 
-    The claim index orders a queue by priority, then run_after, so the earliest due job of each
-    priority is one probe; the priorities in use are found by skipping through the index.
+    The queue claim index orders a queue by priority, then run_after: the claim's own walk over
+    the priority levels (Engine.level_walk) finds the levels in use, and the earliest due job
+    of each is one probe.
     """
-    table = connection.ops.quote_name(Job._meta.db_table)
-    # Said as the queue claim index says it (jobs.models), so the planner can read that index.
-    due = f"queue_name = %s AND {db.engine().claimable(1)}"
+    engine = db.engine()
+    queue_test = "AND queue_name = %s"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH RECURSIVE levels(priority) AS (
-                SELECT (SELECT priority FROM {table} WHERE {due}
-                        ORDER BY priority DESC LIMIT 1)
-                UNION ALL
-                SELECT (SELECT priority FROM {table} WHERE {due} AND priority < levels.priority
-                        ORDER BY priority DESC LIMIT 1)
-                FROM levels WHERE levels.priority IS NOT NULL
-            )
-            SELECT (SELECT run_after FROM {table}
-                    WHERE {due} AND priority = levels.priority AND run_after <= %s
+            {engine.level_walk(queue_test, 1)}
+            SELECT (SELECT run_after FROM {engine.claim_source(1)}
+                    WHERE {engine.claimable(1)} {queue_test}
+                      AND priority = level.priority AND run_after <= %s
                     ORDER BY run_after LIMIT 1) AS first_due
-            FROM levels WHERE levels.priority IS NOT NULL
+            FROM level WHERE level.priority IS NOT NULL
             """,
             [queue, queue, queue, now],
         )

@@ -112,9 +112,6 @@ class Engine:
     # Are idle workers woken by a notification (else they poll)?
     wakes_workers: bool = False
 
-    def __init__(self):
-        self._claim_sql: dict[int, str] = {}
-
     # --- how this database writes values --------------------------------------------------
 
     def after(self, expr: str) -> str:
@@ -165,28 +162,6 @@ class Engine:
             f"lease_expires_at = {self.after('%s')}, started_at = {self.now}, worker_id = %s"
         )
 
-    def claim_shape(self, queues) -> int:
-        """What a claim's text depends on: 0 for every queue, else how many queues it names."""
-        return len(queues) if queues else 0
-
-    def claim_sql(self, queues=None) -> str:
-        """Claim up to LIMIT due jobs in priority order (the text, built once per shape)."""
-        shape = self.claim_shape(queues)
-        try:
-            return self._claim_sql[shape]
-        except KeyError:
-            sql = self._claim_sql[shape] = self.build_claim_sql(shape)
-            return sql
-
-    def claim_params(self, lease_id, lease_seconds, worker_id, queues, limit) -> list:
-        """The parameters of claim_sql(queues), in order."""
-        sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
-        return sets + self.ids_params(queues, limit)
-
-    def ids_params(self, queues, limit) -> list:
-        """The parameters of claim_ids, in order."""
-        raise NotImplementedError
-
     def claim_source(self, shape: int) -> str:
         """The table a claim reads due jobs from (SQLite names the index to read it by)."""
         return JOB
@@ -224,16 +199,20 @@ class Engine:
             LIMIT %s {self.skip_locked(True)}
         """
 
-    def claim_ids(self, shape: int) -> str:
-        """The ids a claim of this shape takes (parameters: ids_params)."""
-        raise NotImplementedError
+    def level_walk(self, queue_test: str, shape: int) -> str:
+        """`WITH RECURSIVE level(priority)`: the priorities of claimable jobs, highest first.
 
-    def build_claim_sql(self, shape: int) -> str:
+        Its last row is NULL (nothing lower); readers of a level skip it. Parameters: those of
+        `queue_test`, twice.
+        """
         return f"""
-        UPDATE {JOB} SET {self.claim_sets()}
-        WHERE id IN ({self.claim_ids(shape)})
-        RETURNING {self.claimed_columns()}
-    """
+            WITH RECURSIVE level(priority) AS (
+                SELECT ({self.top_level(queue_test, shape)})
+                UNION ALL
+                SELECT ({self.top_level(queue_test, shape, "AND priority < level.priority")})
+                FROM level WHERE level.priority IS NOT NULL
+            )
+        """
 
     def claimed_from_row(self, r, lease_id) -> Claimed:
         """A row of CLAIMED_COLUMNS as a Claimed."""
@@ -254,20 +233,16 @@ class Engine:
             backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
         )
 
-    def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
-        """Claim up to `limit` due jobs in priority order; one statement, one fresh lease_id."""
-        lease_id = uuid.uuid4()
-        queues = list(dict.fromkeys(queues)) if queues else None
-        params = self.claim_params(lease_id, lease_seconds, worker_id, queues, limit)
-        rows = self.run_claim(self.claim_sql(queues), params)
+    def claimed_batch(self, rows, lease_id) -> list[Claimed]:
+        """A claim's rows as Claimed, highest priority first."""
         claimed = [self.claimed_from_row(r, lease_id) for r in rows]
         claimed.sort(key=lambda c: -c.priority)
         return claimed
 
-    def run_claim(self, sql: str, params: list) -> list:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+    def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
+        """Claim up to `limit` due jobs in priority order (then due time), under one fresh
+        lease_id; `queues` None means every queue."""
+        raise NotImplementedError
 
     @cached_property
     def claim_one_sql(self) -> str:

@@ -216,9 +216,50 @@ class PostgresEngine(Engine):
 
     # --- claim --------------------------------------------------------------------------------
 
-    def claim_shape(self, queues):
-        # Several queues are one array parameter, so the text stays the same for any list.
-        return min(super().claim_shape(queues), 2)
+    # One statement of constant text per shape: the due jobs' ids picked by walking the claim
+    # index level by level (engine.level_walk), locked with SKIP LOCKED, and claimed.
+
+    def claim(self, *, worker_id, queues, limit, lease_seconds):
+        lease_id = uuid.uuid4()
+        queues = list(dict.fromkeys(queues)) if queues else None
+        with BoundCursor() as cursor:
+            cursor.execute(
+                self.claim_sql(queues),
+                self.claim_params(lease_id, lease_seconds, worker_id, queues, limit),
+                prepare=True,
+            )
+            rows = cursor.fetchall()
+        return self.claimed_batch(rows, lease_id)
+
+    def claim_shape(self, queues) -> int:
+        """What a claim's text depends on: 0 for every queue, 1 for one, 2 for several (one
+        array parameter, so the text stays the same for any list)."""
+        return min(len(queues), 2) if queues else 0
+
+    def claim_sql(self, queues=None) -> str:
+        """The claim statement for `queues` (parameters: claim_params)."""
+        return self._claim_sql[self.claim_shape(queues)]
+
+    @cached_property
+    def _claim_sql(self) -> dict[int, str]:
+        return {
+            shape: f"""
+                UPDATE {JOB} SET {self.claim_sets()}
+                WHERE id IN ({self.claim_ids(shape)})
+                RETURNING {self.claimed_columns()}
+            """
+            for shape in (0, 1, 2)
+        }
+
+    def claim_params(self, lease_id, lease_seconds, worker_id, queues, limit) -> list:
+        """The parameters of claim_sql(queues), in order."""
+        sets = [self.uuid_value(lease_id), lease_seconds, worker_id]
+        if not queues:
+            return [*sets, limit, limit]
+        if len(queues) == 1:
+            # The queue in both level lookups and in the read.
+            return [*sets, *queues * 3, limit, limit]
+        return [*sets, list(queues), limit, limit, limit]
 
     def claim_ids(self, shape):
         if shape < 2:
@@ -235,36 +276,19 @@ class PostgresEngine(Engine):
         """
 
     def by_level(self, columns, queue_test, shape):
-        """Due jobs in claim order, read one priority level at a time (engine.top_level).
+        """Due jobs in claim order, read one priority level at a time.
 
         No ORDER BY at the end, on purpose: sorting would read every level, locking up to LIMIT
         rows in each. The recursive query yields the levels from the highest down, and the
         nested loop over them keeps that order, so the first LIMIT rows are the claim's.
         """
-        below = self.top_level(queue_test, shape, "AND priority < level.priority")
         due = self.due_jobs(columns, f"{queue_test} AND priority = level.priority", shape)
         picked = ", ".join(f"due.{c.strip()}" for c in columns.split(","))
         return f"""
-            WITH RECURSIVE level(priority) AS (
-                ({self.top_level(queue_test, shape)})
-                UNION ALL
-                SELECT ({below}) FROM level WHERE level.priority IS NOT NULL
-            )
+            {self.level_walk(queue_test, shape)}
             SELECT {picked} FROM level CROSS JOIN LATERAL ({due}) AS due
             LIMIT %s
         """
-
-    def ids_params(self, queues, limit):
-        if not queues:
-            return [limit, limit]
-        if len(queues) == 1:
-            return [*queues * 3, limit, limit]  # the queue in both level lookups and the read
-        return [list(queues), limit, limit, limit]
-
-    def run_claim(self, sql, params):
-        with BoundCursor() as cursor:
-            cursor.execute(sql, params, prepare=True)
-            return cursor.fetchall()
 
     # --- finish -------------------------------------------------------------------------------
 

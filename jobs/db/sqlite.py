@@ -104,7 +104,6 @@ class SQLiteEngine(Engine):
     now = "jobsite_now()"
 
     def __init__(self):
-        super().__init__()
         self._finish_text: dict[int, str] = {}
 
     def after(self, expr):
@@ -149,9 +148,7 @@ class SQLiteEngine(Engine):
                 rows = self._claim_merged(cursor, sets, queues, limit)
             else:
                 rows = self._claim_by_level(cursor, sets, queues[0] if queues else None, limit)
-        claimed = [self.claimed_from_row(r, lease_id) for r in rows]
-        claimed.sort(key=lambda c: -c.priority)
-        return claimed
+        return self.claimed_batch(rows, lease_id)
 
     def _levels(self, cursor, queue):
         """The priorities of `queue`'s claimable jobs (None: any queue's), highest first."""
