@@ -103,6 +103,8 @@ def main():
         "prepared claims were planned afresh (custom) or reused a generic plan",
     )
     args = parser.parse_args()
+    if args.committed is not None and args.committed <= 5:
+        parser.error("--committed: more than 5 claims (the first 5 are warm-up, left out)")
     setup_django(scratch_database(args.db))
 
     from django.db import connection
