@@ -187,8 +187,9 @@ def parse(name, raw, backend) -> ScheduleSpec:
         values["every"] = float(every)
 
     try:
-        values["args"] = payload.check_json(list(raw.get("args", [])), "args")
-        values["kwargs"] = payload.check_json(dict(raw.get("kwargs", {})), "kwargs")
+        values["args"], values["kwargs"] = payload.check_arguments(
+            raw.get("args", []), raw.get("kwargs", {})
+        )
     except (TypeError, ValueError) as e:
         raise fail(f"args and kwargs must be a list and a dict of JSON values: {e}") from None
     missed = raw.get("missed", "latest")
