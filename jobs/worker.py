@@ -598,6 +598,14 @@ class Worker:
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
         if f.state == JobState.SUCCEEDED:
             logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
+        elif f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
+            logger.info(
+                "job %s (%s) interrupted by the worker's shutdown on attempt %s; back in line, "
+                "the attempt given back",
+                f.job_id,
+                path,
+                attempt,
+            )
         elif f.state == JobState.RETRYING:
             logger.warning(
                 "job %s (%s) failed attempt %s: %s; retrying in %.1fs",
