@@ -20,6 +20,7 @@ from .compat import (
     task_enqueued,
 )
 from .errors import DuplicateJob
+from .names import check_queue_name
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
@@ -92,8 +93,10 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
         if task.on_crash not in ON_CRASH_CHOICES:
             raise InvalidTask(f"on_crash must be one of {ON_CRASH_CHOICES}, not {task.on_crash!r}")
-        if len(task.queue_name) > 100 or not task.queue_name:
-            raise InvalidTask("queue_name must be 1 to 100 characters")
+        try:
+            check_queue_name(task.queue_name)
+        except ValueError as e:
+            raise InvalidTask(f"queue_name {e}") from None
 
     def backoff_for(self, task):
         return getattr(task, "backoff", None) or self.default_backoff

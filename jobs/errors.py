@@ -43,7 +43,3 @@ class PoisonJob(Exception):
 
 class ExecutorCrashed(Exception):
     """The process running the attempt died under it (segfault, os._exit, out-of-memory kill)."""
-
-
-class BackoffFailed(Exception):
-    """The task's custom backoff callable raised; no next attempt could be planned."""

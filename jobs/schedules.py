@@ -35,6 +35,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import db, payload
+from .names import check_queue_name
 
 logger = logging.getLogger("jobs.schedules")
 
@@ -204,8 +205,11 @@ def parse(name, raw, backend) -> ScheduleSpec:
             raise fail(f"{key} must be a whole number from {low} to {high}, not {value!r}")
         values[key] = value
     queue = raw.get("queue_name")
-    if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 100):
-        raise fail(f"queue_name must be 1 to 100 characters, not {queue!r}")
+    if queue is not None:
+        try:
+            check_queue_name(queue)
+        except ValueError as e:
+            raise fail(f"queue_name {e}") from None
     values["queue_name"] = queue
 
     spec = ScheduleSpec(**values)
@@ -638,10 +642,9 @@ def trigger_schedule(name, *, user=None, source="python", backend=None) -> Sched
 def _audit(name, action, outcome, *, user=None, source="python", job_id=None):
     from .models import ScheduleAuditEntry
 
-    ScheduleAuditEntry.objects.create(
+    ScheduleAuditEntry.record(
         schedule=name,
-        user=user if getattr(user, "pk", None) else None,
-        username=user.get_username() if user is not None and hasattr(user, "get_username") else "",
+        user=user,
         action=action,
         source=source,
         outcome=outcome,

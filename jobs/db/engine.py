@@ -18,6 +18,7 @@ from functools import cached_property
 from django.db import connection, transaction
 
 from .. import payload
+from ..retry import MAX_ATTEMPTS
 from ..states import (
     CANCEL_OVERRIDES,
     CLAIMABLE,
@@ -293,7 +294,7 @@ class Engine:
                            ELSE {JOB}.attempt END,
             started_at = CASE WHEN v.new_state = {pending} AND {JOB}.attempt = 1 THEN NULL
                               ELSE {JOB}.started_at END,
-            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < 100
+            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}
                                 THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
                                       THEN v.reason ELSE '' END,

@@ -4,6 +4,7 @@ from jobs import schedules
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
+from jobs.names import check_queue_name
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
@@ -69,8 +70,10 @@ class Command(BaseCommand):
         if problems:
             raise CommandError("; ".join(problems))
         for queue in options["queues"]:
-            if not queue or len(queue) > 100:
-                raise CommandError(f"queue names are 1 to 100 characters: {queue!r}")
+            try:
+                check_queue_name(queue)
+            except ValueError as e:
+                raise CommandError(f"--queue {e}") from None
         worker_id = options["worker_id"]
         if worker_id is not None and not 0 < len(worker_id) <= 200:
             raise CommandError("--worker-id must be 1 to 200 characters")
