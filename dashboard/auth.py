@@ -55,7 +55,7 @@ def authenticate(request) -> Caller | None:
         .first()
     )
     if token is None or not token.user.is_active:
-        raise AuthenticationFailed("invalid or revoked token")
+        raise AuthenticationFailed("invalid, revoked or expired token")
     touch(token)
     return Caller(user=token.user, token=token)
 
