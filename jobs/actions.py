@@ -187,6 +187,10 @@ def rerun_job(
         earlier = _earlier_rerun(request_key)
         if earlier is not None:
             return earlier
+    if edited:
+        args, kwargs = payload.check_arguments(
+            original.args if args is None else args, original.kwargs if kwargs is None else kwargs
+        )
     if original.state not in RERUNNABLE:
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)

@@ -110,8 +110,7 @@ class JobsBackend(BaseTaskBackend):
     # --- enqueue ----------------------------------------------------------------------------
 
     def _row(self, task, args, kwargs):
-        args = payload.check_json(list(args), "args")
-        kwargs = payload.check_json(dict(kwargs), "kwargs")
+        args, kwargs = payload.check_arguments(args, kwargs)
         return {
             "id": uuid.uuid4(),
             "task_path": task.module_path,
@@ -157,14 +156,7 @@ class JobsBackend(BaseTaskBackend):
         if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
         template = self._row(task, (), {})
-        batch = [
-            (
-                uuid.uuid4(),
-                payload.check_json(list(args), "args"),
-                payload.check_json(dict(kwargs), "kwargs"),
-            )
-            for args, kwargs in calls
-        ]
+        batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
         db.insert_job_batch(template, batch)
         ids = [job_id for job_id, _, _ in batch]
         if self.eager:

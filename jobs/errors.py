@@ -5,6 +5,13 @@ class Unrecoverable(Exception):
     """Raise from a task to dead-letter its job at once, skipping the remaining attempts."""
 
 
+class ResultTooLarge(Unrecoverable):
+    """The task returned a value over the size limit (jobs.payload.MAX_BYTES) as JSON.
+
+    Unrecoverable: another attempt would redo the task's work only to return as much again.
+    """
+
+
 class DuplicateJob(Exception):
     """A non-terminal job already holds this dedup_key."""
 

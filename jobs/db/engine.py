@@ -272,7 +272,7 @@ class Engine:
         Every expression reads the row as it was before the update, in both databases.
         """
         # A running job whose cancel was requested ends cancelled however its attempt ended
-        # (CANCEL_OVERRIDES); only the row knows whether a cancel came in, so it is decided here.
+        # (CANCEL_OVERRIDES): the row knows of a request its worker may not have seen yet.
         state = (
             f"(CASE WHEN {JOB}.cancel_requested_at IS NOT NULL "
             f"AND v.new_state IN ({sql_in(CANCEL_OVERRIDES)}) "
@@ -285,7 +285,7 @@ class Engine:
         return f"""
             state = {state},
             finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
-            return_value = CASE WHEN v.new_state = {sql_state(JobState.SUCCEEDED)}
+            return_value = CASE WHEN {state} = {sql_state(JobState.SUCCEEDED)}
                                 THEN v.return_value ELSE {JOB}.return_value END,
             run_after = CASE WHEN {state} = {sql_state(JobState.RETRYING)}
                              THEN {self.after("v.delay")} ELSE {JOB}.run_after END,

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import schedules
 from jobs.compat import task_backends
+from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
@@ -51,6 +52,13 @@ class Command(BaseCommand):
             help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
         )
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve")
+        parser.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            type=str.upper,
+            default=None,
+            help="how much the worker logs (default INFO, or what LOGGING sets for 'jobs')",
+        )
 
     def handle(self, *args, **options):
         try:
@@ -81,6 +89,7 @@ class Command(BaseCommand):
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
+        configure_worker_logging(options["log_level"])
         code = Worker(config, backend_alias=options["backend"]).run()
         if code:
             raise SystemExit(code)
