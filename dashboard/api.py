@@ -344,6 +344,7 @@ def summary(request):
 
 @api_view("GET")
 def openapi_document(request):
+    refuse_parameters(request)
     # The API lives wherever the host project mounted the console.
     base = reverse("dashboard:api:job-list").removesuffix("/jobs")
     return JsonResponse(openapi.document(base))

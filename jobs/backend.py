@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import db, payload, retry
+from . import db, moments, payload, retry
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -85,6 +85,10 @@ class JobsBackend(BaseTaskBackend):
                 raise InvalidTask("not_after must be a datetime")
             if settings.USE_TZ and timezone.is_naive(task.not_after):
                 raise InvalidTask("not_after must be an aware datetime.")
+        for name in ("run_after", "not_after"):
+            value = getattr(task, name)
+            if isinstance(value, datetime) and (why := moments.refusal(name, value)):
+                raise InvalidTask(why)
         if task.dedup_key is not None and (
             not isinstance(task.dedup_key, str)
             or not 0 < len(task.dedup_key) <= 255
