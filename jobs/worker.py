@@ -30,6 +30,7 @@ from django.utils import timezone
 from . import db, maintenance, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
+from .db import pooler
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -93,19 +94,18 @@ def default_worker_id():
 class Listener:
     """LISTEN for new-job notifications on PostgreSQL; reconnects when cut off."""
 
-    def __init__(self):
+    def __init__(self, url=None):
+        self.url = url  # OPTIONS["LISTEN_DATABASE_URL"]; None: the default connection's database
         self.conn = None
         self.retry_at = 0.0
 
     def connect(self):
         import psycopg
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("prepare_threshold", None)
-        params.pop("server_side_binding", None)
-        self.conn = psycopg.connect(**params, autocommit=True)
+        if self.url:
+            self.conn = psycopg.connect(self.url, autocommit=True)
+        else:
+            self.conn = psycopg.connect(**pooler.raw_params(connection), autocommit=True)
         self.conn.execute(f"LISTEN {db.NOTIFY_CHANNEL}")
 
     def fileno_or_none(self):
@@ -161,7 +161,7 @@ class Worker:
         self.hard_stop = False
         self.signals_seen = 0
         self.executors: list[Executor] = []
-        self.listener = Listener() if connection.vendor == "postgresql" else None
+        self.listener = self._listener()
         self.poll_interval = config.poll_interval or (1.0 if self.listener else 0.1)
         self.next_heartbeat = 0.0
         self.next_schedule_tick = 0.0
@@ -241,6 +241,21 @@ class Worker:
                     self.stop_requested_at = now
                     continue
             self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
+
+    def _listener(self):
+        """Wake-ups by LISTEN on PostgreSQL: never through a transaction-mode pooler."""
+        if connection.vendor != "postgresql":
+            return None
+        url = self.backend.options.get("LISTEN_DATABASE_URL")
+        if url:
+            return Listener(pooler.direct_listen_url(url))
+        if pooler.is_pooled(connection):
+            logger.warning(
+                "the database is reached through a transaction-mode pooler: polling for new "
+                "jobs (set OPTIONS['LISTEN_DATABASE_URL'] to a direct connection to be woken)"
+            )
+            return None
+        return Listener()
 
     def _session_limits(self, sender, connection, **kwargs):
         db.configure_worker_session(
