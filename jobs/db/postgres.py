@@ -18,8 +18,8 @@ from functools import cached_property
 from django.db import connection, transaction
 
 from .. import payload
-from . import pooler
 from ..states import TERMINAL, AttemptOutcome, JobState
+from . import pooler
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
