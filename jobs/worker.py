@@ -27,7 +27,7 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import db, maintenance, schedules, startup_signals
+from . import db, logformat, maintenance, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
 from .db import pooler
@@ -75,6 +75,8 @@ class WorkerConfig:
     # A cancelled running job gets this long to return by itself.
     cancel_grace: float = DEFAULT_TIMING.cancel_grace_seconds
     batch_size: int = 500
+    # "json": every finished attempt is logged (successes at INFO), as jobs.logformat writes.
+    log_format: str = "text"
 
     def __post_init__(self):
         if self.concurrency < 1:
@@ -203,6 +205,7 @@ class Worker:
             connection.vendor,
             os.getpid(),
             " (burst)" if self.config.burst else "",
+            extra={"event": "worker_started"},
         )
         try:
             self._loop()
@@ -593,13 +596,18 @@ class Worker:
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)
         if f.state == JobState.PENDING and self.stopping:
             level = logging.INFO
+        if f.state == JobState.SUCCEEDED and self.config.log_format == "json":
+            level = logging.INFO
         if not logger.isEnabledFor(level):
             return  # the usual success: nothing to escape or format
         path = for_log(claimed.task_path) if claimed else "?"
         attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
+        extra = logformat.finish_fields(f, claimed)
         if f.state == JobState.SUCCEEDED:
-            logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
+            logger.log(
+                level, "job %s (%s) succeeded on attempt %s", f.job_id, path, attempt, extra=extra
+            )
         elif f.state == JobState.RETRYING:
             logger.warning(
                 "job %s (%s) failed attempt %s: %s; retrying in %.1fs",
@@ -608,6 +616,7 @@ class Worker:
                 attempt,
                 error,
                 f.delay,
+                extra=extra,
             )
         elif f.state == JobState.DEAD_LETTER:
             logger.error(
@@ -617,11 +626,12 @@ class Worker:
                 f.reason,
                 attempt,
                 error,
+                extra=extra,
             )
         elif f.state == JobState.CANCELLED:
-            logger.warning("job %s (%s) cancelled while running", f.job_id, path)
+            logger.warning("job %s (%s) cancelled while running", f.job_id, path, extra=extra)
         elif f.state == JobState.PENDING:
-            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path)
+            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path, extra=extra)
 
     # --- heartbeat and maintenance ----------------------------------------------------------
 
@@ -780,7 +790,12 @@ class Worker:
         if self.listener:
             self.listener.close()
         signal.set_wakeup_fd(-1)
-        logger.info("worker %s stopped: %d job(s) processed", self.worker_id, self.processed_total)
+        logger.info(
+            "worker %s stopped: %d job(s) processed",
+            self.worker_id,
+            self.processed_total,
+            extra={"event": "worker_stopped"},
+        )
         if self.hard_stop:
             self.exit_code = 130
 

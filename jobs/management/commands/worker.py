@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import schedules
+from jobs import logformat, schedules
 from jobs.compat import task_backends
 from jobs.management.arguments import seconds, whole_number
 from jobs.timing import DEFAULTS
@@ -51,6 +51,12 @@ class Command(BaseCommand):
             help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
         )
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve")
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default="text",
+            help="json: one JSON object per line, every finished attempt included",
+        )
 
     def handle(self, *args, **options):
         try:
@@ -78,9 +84,12 @@ class Command(BaseCommand):
                 heartbeat_seconds=timing.heartbeat_seconds,
                 lease_seconds=timing.lease_seconds,
                 cancel_grace=timing.cancel_grace_seconds,
+                log_format=options["log_format"],
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
+        if options["log_format"] == "json":
+            logformat.use_json()
         code = Worker(config, backend_alias=options["backend"]).run()
         if code:
             raise SystemExit(code)
