@@ -27,7 +27,7 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import db, logformat, maintenance, schedules, startup_signals
+from . import db, logformat, maintenance, observers, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
 from .db import pooler
@@ -224,6 +224,7 @@ class Worker:
             if now >= self.next_schedule_tick and not self.stopping:
                 ticked = self._with_db(schedules.tick, self.backend)
                 wait = ticked.next_in if ticked else schedules.TICK_SECONDS
+                observers.schedules_fired(ticked.fired if ticked else [], self.backend)
                 self.next_schedule_tick = time.monotonic() + wait
             if now >= self.next_heartbeat:
                 self._with_db(self._heartbeat)
@@ -579,6 +580,7 @@ class Worker:
 
     def _settle(self, pending, applied):
         applied_ids = {f.job_id for f in applied}
+        settled = []
         for f in pending:
             held = self.held.pop(f.job_id, None)
             if f.job_id not in applied_ids:
@@ -591,6 +593,8 @@ class Worker:
             claimed = held.claimed if held else None
             self._log_finish(f, claimed)
             oc.announce(f, claimed)
+            settled.append((f, claimed))
+        observers.attempts_settled(settled, self.backend)
 
     def _log_finish(self, f, claimed):
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)

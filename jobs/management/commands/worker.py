@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import logformat, schedules
+from jobs import logformat, schedules, sentry
 from jobs.compat import task_backends
 from jobs.management.arguments import seconds, whole_number
 from jobs.timing import DEFAULTS
@@ -63,6 +63,10 @@ class Command(BaseCommand):
             backend = task_backends[options["backend"]]
         except Exception as e:
             raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
+        try:
+            sentry.capture_mode(getattr(backend, "options", {}))
+        except ValueError as e:
+            raise CommandError(str(e)) from None
         problems = schedules.check(backend)
         if problems:
             raise CommandError("; ".join(problems))
