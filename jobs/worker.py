@@ -842,9 +842,20 @@ def _is_transient(error) -> bool:
         return False  # a statement that is wrong stays wrong; retrying it would wedge us
     # Only the first line: DETAIL lines quote row data (tracebacks, messages).
     text = str(error).strip().splitlines()[0].lower() if str(error).strip() else ""
+    # "received 2 results from command 'COMMIT'": a pooler (PgBouncer) passing on the error of
+    # a server session killed under a transaction; the connection is unusable, and the retry
+    # is fenced by the lease like any other.
     return any(
         word in text
-        for word in ("locked", "connection", "terminat", "server closed", "shutdown", "could not")
+        for word in (
+            "locked",
+            "connection",
+            "terminat",
+            "server closed",
+            "shutdown",
+            "could not",
+            "results from command",
+        )
     )
 
 
