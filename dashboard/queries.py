@@ -447,7 +447,18 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
     jobs = (
         Job.objects.running()
         .filter(worker_id__in=[n.id for n in nodes])
-        .only("id", "task_path", "queue_name", "worker_id", "started_at", "attempt")
+        .only(
+            *[
+                "id",
+                "task_path",
+                "queue_name",
+                "worker_id",
+                "started_at",
+                "attempt",
+                "state",
+                "progress",
+            ]
+        )
         .order_by("started_at")[:MAX_RUNNING_SHOWN]
     )
     for job in jobs:
