@@ -223,6 +223,11 @@ class LiveWriter:
                 return
             report.unwritten(write)
 
+    def close(self):
+        """Close the writer's connection (a later write opens a new one)."""
+        with self._write_lock:
+            self._drop_connection()
+
     def _connection(self):
         if self._conn is None:
             conn = connections.create_connection(DEFAULT_DB_ALIAS)
