@@ -6,9 +6,11 @@ its last ones (the tail), half of each allowance for either. Every line logged i
 reader finds the cut, and how many lines it took, without a marker row to keep up to date.
 """
 
+import logging
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from .models import LogLine
 
@@ -33,8 +35,7 @@ def clean_text(text: str, limit: int) -> str:
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):  # a tuple: made for every line logged, so made cheaply
     seq: int
     created: float  # seconds since the epoch, as logging records them
     level: str
@@ -45,9 +46,8 @@ class Line:
         return datetime.fromtimestamp(self.created, UTC)
 
 
-def _size(line: Line) -> int:
-    message = line.message
-    return len(message) if message.isascii() else len(message.encode("utf-8"))
+# Level names taken as they are (any other is cleaned like a message).
+_LEVELS = frozenset(logging.getLevelNamesMapping())
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +82,16 @@ class Keeper:
 
     def add(self, created: float, level: str, message: str) -> None:
         self.logged += 1
-        line = Line(
-            self.logged,
-            created,
-            clean_text(level, MAX_LEVEL_CHARS),
-            clean_text(message, MAX_LINE_CHARS),
-        )
-        size = _size(line)
+        if level not in _LEVELS:
+            level = clean_text(level, MAX_LEVEL_CHARS)
+        if message.isascii():
+            if "\x00" in message or len(message) > MAX_LINE_CHARS:
+                message = clean_text(message, MAX_LINE_CHARS)
+            size = len(message)
+        else:
+            message = clean_text(message, MAX_LINE_CHARS)
+            size = len(message.encode("utf-8"))
+        line = Line(self.logged, created, level, message)
         if (
             self._head_open
             and self._head_lines < HEAD_LINES

@@ -36,6 +36,8 @@ TASK_LOGGER = "jobs.task"
 
 
 def _number(value, name):
+    if type(value) is int and value >= 0:  # the common case, checked first
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"progress: {name} must be a number, not {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
@@ -43,18 +45,24 @@ def _number(value, name):
     return value
 
 
-def progress_value(done, total=None, message="", *, attempt: int) -> dict:
-    """Progress as the job row keeps it; a clear TypeError or ValueError for what is not."""
+def checked_progress(done, total=None, message="") -> tuple:
+    """(done, total, message, now): a clear TypeError or ValueError for what is not progress."""
     _number(done, "done")
     if total is not None:
         _number(total, "total")
-    if not isinstance(message, str):
+    if type(message) is not str:
         raise TypeError(f"progress: message must be a str, not {type(message).__name__}")
+    return done, total, message, time.time()
+
+
+def progress_value(reported: tuple, *, attempt: int) -> dict:
+    """Progress as the job row keeps it (built when written, not at each report)."""
+    done, total, message, at = reported
     return {
         "done": done,
         "total": total,
         "message": attempt_log.clean_text(message, MAX_MESSAGE_CHARS),
-        "updated_at": datetime.now(UTC).isoformat(),
+        "updated_at": datetime.fromtimestamp(at, UTC).isoformat(),
         "attempt": attempt,
     }
 
@@ -68,6 +76,7 @@ class Written:
     attempt: int
     progress: dict | None
     batch: attempt_log.Batch
+    reported: tuple | None  # the progress as reported, kept again if the write fails
 
 
 class AttemptReport:
@@ -78,14 +87,14 @@ class AttemptReport:
         self._writer = writer or current_writer()
         self._lock = threading.Lock()
         self._keeper = attempt_log.Keeper()
-        self._progress: dict | None = None
+        self._progress: tuple | None = None
         self._watched = False
         # Ended: the attempt is over, or its lease was taken over. Later reports are dropped.
         self._ended = False
-        self.logger = _attempt_logger(self)
+        self.logger = _AttemptLogger(self)
 
     def progress(self, done, total=None, message=""):
-        value = progress_value(done, total, message, attempt=self.attempt)
+        value = checked_progress(done, total, message)
         with self._lock:
             if self._ended:
                 return
@@ -108,8 +117,10 @@ class AttemptReport:
         with self._lock:
             if self._progress is None and not self._keeper.pending:
                 return None
-            progress, self._progress = self._progress, None
-            return Written(self.job_id, self.lease_id, self.attempt, progress, self._keeper.batch())
+            reported, self._progress = self._progress, None
+            batch = self._keeper.batch()
+        progress = None if reported is None else progress_value(reported, attempt=self.attempt)
+        return Written(self.job_id, self.lease_id, self.attempt, progress, batch, reported)
 
     def written(self, write: Written, held: bool):
         with self._lock:
@@ -122,7 +133,7 @@ class AttemptReport:
         """The write failed: keep its progress for the next one, unless a newer one came."""
         with self._lock:
             if self._progress is None:
-                self._progress = write.progress
+                self._progress = write.reported
 
     def close(self):
         """The attempt is over: write what is left, now. Never raises."""
@@ -135,32 +146,36 @@ class AttemptReport:
                 logger.exception("writing the last progress and log lines of job %s", self.job_id)
 
 
-class _LineHandler(logging.Handler):
-    """Keeps each record as a line of the attempt, then hands it on to the task logger."""
+class _AttemptLogger(logging.Logger):
+    """`context.logger`: keeps each line with the attempt, then hands it on to the task logger.
+
+    Not registered with logging (it goes away with its attempt); every level is kept. The line
+    is kept here, not by a handler: a handler's lock and filters cost more than keeping it.
+    """
 
     def __init__(self, report: AttemptReport):
-        super().__init__()
+        super().__init__(TASK_LOGGER, logging.DEBUG)
+        self.propagate = False
         self.report = report
         self.onward = logging.getLogger(TASK_LOGGER)
 
-    def emit(self, record):
+    def callHandlers(self, record):
         try:
-            message = self.format(record)
+            if record.exc_info or record.stack_info:
+                message = _FORMATTER.format(record)
+            else:
+                message = record.getMessage()
         except Exception:
-            self.handleError(record)
-            return
+            message = f"(a line that could not be formatted: {record.msg!r})"
         self.report.add_line(record.created, record.levelname, message)
+        if self.handlers:  # added by the task itself
+            super().callHandlers(record)
         # As context.logger did before: the project's handlers see what its levels let through.
         if self.onward.isEnabledFor(record.levelno):
             self.onward.handle(record)
 
 
-def _attempt_logger(report: AttemptReport) -> logging.Logger:
-    # Not registered with logging (it goes away with the attempt); every level is kept.
-    attempt_logger = logging.Logger(TASK_LOGGER, logging.DEBUG)
-    attempt_logger.propagate = False
-    attempt_logger.addHandler(_LineHandler(report))
-    return attempt_logger
+_FORMATTER = logging.Formatter()
 
 
 class InlineWriter:

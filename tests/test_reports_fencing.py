@@ -105,7 +105,7 @@ def test_bad_progress_is_refused_at_the_call_with_a_clear_error():
         report.progress(1, float("nan"))
     with pytest.raises(TypeError, match="message must be a str"):
         report.progress(1, 2, b"bytes")
-    value = reports.progress_value(1, 2, "m" * 5000, attempt=1)
+    value = reports.progress_value(reports.checked_progress(1, 2, "m" * 5000), attempt=1)
     assert len(value["message"]) < 1100
 
 
