@@ -157,3 +157,22 @@ def test_the_console_escapes_hostile_progress_and_log_text(operator):
     page = client.get(f"/jobs/{job.id}/").content.decode()
     assert page.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;") == 2
     assert 'class="progress-mini"' in client.get("/jobs/").content.decode()
+
+
+@pytest.mark.django_db
+def test_in_eager_mode_progress_and_lines_are_written_as_the_inline_attempt_ends():
+    from django.test import override_settings
+
+    from tests import tasks
+    from tests.test_backend import EAGER
+
+    with override_settings(TASKS=EAGER):
+        result = tasks.logs_lines.enqueue(3)
+        hostile = tasks.logs_hostile.enqueue("eager <b>")
+    assert list(LogLine.objects.filter(job_id=result.id).values_list("seq", "message")) == [
+        (1, "line 1 of 3"),
+        (2, "line 2 of 3"),
+        (3, "line 3 of 3"),
+    ]
+    job = Job.objects.get(id=hostile.id)
+    assert (job.state, job.progress["message"]) == (JobState.SUCCEEDED, "eager <b>")
