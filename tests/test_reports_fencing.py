@@ -176,3 +176,17 @@ def test_in_eager_mode_progress_and_lines_are_written_as_the_inline_attempt_ends
     ]
     job = Job.objects.get(id=hostile.id)
     assert (job.state, job.progress["message"]) == (JobState.SUCCEEDED, "eager <b>")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_any_text_a_task_logs_is_stored_as_it_can_be(live_writer):
+    job = make_job(JobState.RUNNING)
+    report = report_for(job, live_writer)
+    report.logger.info("naïve ✓ 'quoted' \"double\" nul:\x00 lone:\ud800 $[0] %s")
+    report.logger.log(35, "a level of its own")
+    report.close()
+    lines = list(LogLine.objects.filter(job=job).order_by("seq").values_list("level", "message"))
+    assert lines == [
+        ("INFO", "naïve ✓ 'quoted' \"double\" nul:\\x00 lone:\\ud800 $[0] %s"),
+        ("Level 35", "a level of its own"),
+    ]

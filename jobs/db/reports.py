@@ -17,9 +17,14 @@ from .engine import JOB, sql_state
 LOG = "jobs_logline"
 
 
-def _line_json(line) -> dict:
-    at = line.at.isoformat()
-    return {"seq": line.seq, "at": at, "level": line.level, "message": line.message}
+_COLUMNS = f"INSERT INTO {LOG} (job_id, attempt, seq, logged_at, level, message) "
+_INSERT_LINES = {
+    "postgresql": _COLUMNS + "SELECT %s, %s, (r->>0)::integer, (r->>1)::timestamptz, r->>2, r->>3 "
+    "FROM json_array_elements(%s::json) AS r",
+    "sqlite": _COLUMNS + "SELECT %s, %s, json_extract(r.value, '$[0]'), "
+    "json_extract(r.value, '$[1]'), json_extract(r.value, '$[2]'), "
+    "json_extract(r.value, '$[3]') FROM json_each(%s) AS r",
+}
 
 
 def _apply(cursor, vendor: str, report) -> bool:
@@ -41,24 +46,15 @@ def _apply(cursor, vendor: str, report) -> bool:
         if cursor.fetchone() is None:
             return False
     lines = report.batch.lines
-    if lines and vendor == "postgresql":
-        # One statement, one JSON document: an executemany is a round trip per line, and
-        # each gives the task's thread the interpreter lock back only after a switch interval.
-        cursor.execute(
-            f"INSERT INTO {LOG} (job_id, attempt, seq, logged_at, level, message) "
-            "SELECT %s, %s, r.seq, r.at, r.level, r.message FROM json_to_recordset(%s) "
-            "AS r(seq integer, at timestamptz, level text, message text)",
-            [job, report.attempt, json.dumps([_line_json(x) for x in lines])],
+    if lines:
+        # One statement, one JSON document: a statement per line (an executemany) gives the
+        # interpreter lock up and waits to get it back once per line, and the task's thread
+        # pays for each switch.
+        time_text = (lambda at: at.isoformat()) if vendor == "postgresql" else engine.time_value
+        document = json.dumps(
+            [[x.seq, time_text(x.at), x.level, x.message] for x in lines], ensure_ascii=False
         )
-    elif lines:  # sqlite3 runs an executemany in C, in process
-        cursor.executemany(
-            f"INSERT INTO {LOG} (job_id, attempt, seq, logged_at, level, message) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            [
-                (job, report.attempt, x.seq, engine.time_value(x.at), x.level, x.message)
-                for x in lines
-            ],
-        )
+        cursor.execute(_INSERT_LINES[vendor], [job, report.attempt, document])
     if report.batch.delete_below is not None:
         cursor.execute(
             f"DELETE FROM {LOG} WHERE job_id = %s AND attempt = %s AND seq > %s AND seq < %s",
