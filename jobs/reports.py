@@ -33,6 +33,7 @@ MAX_MESSAGE_CHARS = 1000
 IDLE_SECONDS = 30.0
 # The logger an attempt's logger hands its lines on to, as context.logger did before.
 TASK_LOGGER = "jobs.task"
+_ONWARD = logging.getLogger(TASK_LOGGER)
 
 
 def _number(value, name):
@@ -139,6 +140,7 @@ class AttemptReport:
         """The attempt is over: write what is left, now. Never raises."""
         with self._lock:
             self._ended, watched = True, self._watched
+        self.logger.report = None  # lines logged later go nowhere; and no cycle to collect
         if watched:
             try:
                 self._writer.finish(self)
@@ -156,8 +158,8 @@ class _AttemptLogger(logging.Logger):
     def __init__(self, report: AttemptReport):
         super().__init__(TASK_LOGGER, logging.DEBUG)
         self.propagate = False
-        self.report = report
-        self.onward = logging.getLogger(TASK_LOGGER)
+        self.report: AttemptReport | None = report
+        self.onward = _ONWARD
 
     def callHandlers(self, record):
         try:
@@ -167,7 +169,9 @@ class _AttemptLogger(logging.Logger):
                 message = record.getMessage()
         except Exception:
             message = f"(a line that could not be formatted: {record.msg!r})"
-        self.report.add_line(record.created, record.levelname, message)
+        report = self.report
+        if report is not None:
+            report.add_line(record.created, record.levelname, message)
         if self.handlers:  # added by the task itself
             super().callHandlers(record)
         # As context.logger did before: the project's handlers see what its levels let through.
