@@ -4,8 +4,9 @@ same job silent, run by a real worker (its executor writes the reports live, as 
     .venv/bin/python bench/reports.py                     # SQLite and PostgreSQL
     .venv/bin/python bench/reports.py --db postgres --rounds 7 --steps 10000
 
-Each round runs the silent job and the speaking one back to back, in alternating order, on one
-executor (`--concurrency 1`). A job's steps are timed inside the executor, by the wall clock and
+Each round runs the job silent, logging through a plain logger that drops its lines (what any
+logging costs), and speaking, back to back, each first in turn, on one executor
+(`--concurrency 1`). A job's steps are timed inside the executor, by the wall clock and
 by the CPU time of the executor process (the writer thread's work included; unlike the wall
 clock, it does not move with the load other processes put on the machine). The attempt's time,
 from the database, adds the last write (after the steps, before the outcome goes back).
@@ -19,15 +20,18 @@ import sys
 
 from throughput import ROOT, log, scratch_database, setup_django, worker_env
 
+MODES = ("silent", "plain", "speaking")
 
-def run_round(url, steps, loops, rounds):
+
+def run_rounds(url, steps, loops, rounds):
+    """{mode: [[wall, cpu, attempt seconds], ...]} over `rounds` rounds of every mode."""
     from bench.report_tasks import steps as task
     from jobs.models import Job, LogLine
 
     ids = []
     for r in range(rounds):
-        order = (False, True) if r % 2 == 0 else (True, False)
-        ids += [(speak, task.enqueue(steps, loops, speak).id) for speak in order]
+        order = MODES[r % 3 :] + MODES[: r % 3]  # each mode goes first in turn
+        ids += [(mode, task.enqueue(steps, loops, mode).id) for mode in order]
     worker = subprocess.run(
         [sys.executable, "manage.py", "worker", "--burst", "--concurrency", "1"],
         cwd=ROOT,
@@ -36,19 +40,18 @@ def run_round(url, steps, loops, rounds):
     )
     if worker.returncode != 0:
         raise SystemExit(f"worker exited with {worker.returncode}")
-    silent, speaking, whole_silent, whole_speaking = [], [], [], []
-    for speak, jid in ids:
+    runs = {mode: [] for mode in MODES}
+    for mode, jid in ids:
         job = Job.objects.get(id=jid)
         if job.state != "succeeded":
             raise SystemExit(f"job {jid} ended {job.state}: {job.error_message}")
-        whole = (job.finished_at - job.started_at).total_seconds()
-        (speaking if speak else silent).append(job.return_value)  # [wall, cpu]
-        (whole_speaking if speak else whole_silent).append(whole)
-        if speak:
+        attempt = (job.finished_at - job.started_at).total_seconds()
+        runs[mode].append([*job.return_value, attempt])
+        if mode == "speaking":
             assert job.progress["done"] == steps, job.progress
             kept = LogLine.objects.filter(job_id=jid).count()
             assert 0 < kept <= 1000, kept
-    return silent, speaking, whole_silent, whole_speaking
+    return runs
 
 
 def main():
@@ -68,25 +71,26 @@ def main():
         return
     url = scratch_database(args.db)
     setup_django(url)
-    log(f"== {args.db}: {args.rounds} rounds of a {args.steps:,}-step job, silent and speaking")
-    silent, speaking, whole_silent, whole_speaking = run_round(
-        url, args.steps, args.loops, args.rounds
-    )
-    s, p = (statistics.median(x[0] for x in runs) for runs in (silent, speaking))
-    cs, cp = (statistics.median(x[1] for x in runs) for runs in (silent, speaking))
-    ws, wp = statistics.median(whole_silent), statistics.median(whole_speaking)
-    log(f"steps, wall clock: silent {s:.3f} s, speaking {p:.3f} s: {100 * (p / s - 1):+.1f} %")
-    extra = (cp - cs) / args.steps * 1e6
+    log(f"== {args.db}: {args.rounds} rounds of a {args.steps:,}-step job, silent, plain, speaking")
+    runs = run_rounds(url, args.steps, args.loops, args.rounds)
+    med = {
+        mode: [statistics.median(run[i] for run in runs[mode]) for i in range(3)] for mode in MODES
+    }
+    silent = med["silent"]
+    for i, what in enumerate(("steps, wall clock", "steps, executor CPU", "attempt, wall")):
+        figures = ", ".join(
+            f"{mode} {med[mode][i]:.3f} s ({100 * (med[mode][i] / silent[i] - 1):+.1f} %)"
+            for mode in MODES
+        )
+        log(f"{what}: {figures}")
+    per_step = {mode: (med[mode][1] - silent[1]) / args.steps * 1e6 for mode in MODES}
     log(
-        f"steps, executor CPU: silent {cs:.3f} s, speaking {cp:.3f} s: {100 * (cp / cs - 1):+.1f} %"
+        f"CPU per step over silent: plain logging {per_step['plain']:.1f} µs, "
+        f"progress + a line through context.logger {per_step['speaking']:.1f} µs"
     )
-    log(f"  = {extra:.1f} µs of CPU per step for one progress report and one line logged")
-    log(f"attempt: silent {ws:.3f} s, speaking {wp:.3f} s: {100 * (wp / ws - 1):+.1f} %")
-    pairs = zip(silent, speaking, strict=True)
-    log(f"every round (silent/speaking wall, s): {[f'{a[0]:.2f}/{b[0]:.2f}' for a, b in pairs]}")
     print(
-        f"RESULT {args.db} silent={s:.3f} speaking={p:.3f} cpu_silent={cs:.3f} "
-        f"cpu_speaking={cp:.3f} attempt_silent={ws:.3f} attempt_speaking={wp:.3f}"
+        f"RESULT {args.db} "
+        + " ".join(f"{m}_wall={med[m][0]:.3f} {m}_cpu={med[m][1]:.3f}" for m in MODES)
     )
 
 
