@@ -127,8 +127,9 @@ class AttemptReport:
         with self._lock:
             if held:
                 self._keeper.written(write.batch)
-            else:
-                self._ended = True  # the lease was taken over: this attempt reports no more
+            else:  # the lease was taken over: this attempt reports no more
+                self._ended = True
+                self._progress, self._keeper = None, attempt_log.Keeper()
 
     def unwritten(self, write: Written):
         """The write failed: keep its progress for the next one, unless a newer one came."""

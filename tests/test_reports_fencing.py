@@ -70,6 +70,7 @@ def test_a_write_from_a_lease_that_was_taken_over_changes_nothing(live_writer):
     stale.progress(9, 10, "from the stale executor")
     stale.logger.info("never kept")
     stale.close()
+    assert stale.take() is None  # what it still held was dropped, not tried again and again
     job.refresh_from_db()
     assert job.progress["message"] == "first"
     assert list(LogLine.objects.filter(job=job).values_list("message", flat=True)) == [
