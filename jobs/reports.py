@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -161,6 +162,28 @@ class _AttemptLogger(logging.Logger):
         self.propagate = False
         self.report: AttemptReport | None = report
         self.onward = _ONWARD
+
+    def _log(self, level, msg, args, exc_info=None, extra=None, stack_info=False, stacklevel=1):
+        # Most lines go nowhere but the attempt's log: keep those without building a record
+        # (where it was logged from, which thread and process), which costs more than the rest.
+        report = self.report
+        if (
+            report is None
+            or exc_info
+            or stack_info
+            or self.handlers
+            or self.filters
+            or _ONWARD.isEnabledFor(level)
+        ):
+            super()._log(level, msg, args, exc_info, extra, stack_info, stacklevel + 1)
+            return
+        if args and len(args) == 1 and isinstance(args[0], Mapping) and args[0]:
+            args = args[0]  # as LogRecord takes it
+        try:
+            message = str(msg) % args if args else str(msg)
+        except Exception:
+            message = f"(a line that could not be formatted: {msg!r})"
+        report.add_line(time.time(), logging.getLevelName(level), message)
 
     def callHandlers(self, record):
         try:

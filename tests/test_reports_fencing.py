@@ -191,3 +191,25 @@ def test_any_text_a_task_logs_is_stored_as_it_can_be(live_writer):
         ("INFO", "naïve ✓ 'quoted' \"double\" nul:\\x00 lone:\\ud800 $[0] %s"),
         ("Level 35", "a level of its own"),
     ]
+
+
+@pytest.mark.django_db
+def test_lines_go_on_to_the_task_logger_as_before_where_its_level_lets_them(caplog):
+    import logging
+
+    report = report_for(make_job(JobState.RUNNING), InlineWriter())
+    with caplog.at_level(logging.WARNING, logger="jobs.task"):
+        report.logger.info("kept only")
+        report.logger.warning("kept and passed on %s", "too")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            report.logger.exception("failed")
+    report.close()
+    passed = [(r.name, r.getMessage(), r.funcName) for r in caplog.records]
+    here = "test_lines_go_on_to_the_task_logger_as_before_where_its_level_lets_them"
+    assert passed == [("jobs.task", "kept and passed on too", here), ("jobs.task", "failed", here)]
+    kept = list(LogLine.objects.order_by("seq").values_list("level", "message"))
+    assert kept[:2] == [("INFO", "kept only"), ("WARNING", "kept and passed on too")]
+    assert kept[2][0] == "ERROR" and kept[2][1].startswith("failed\nTraceback")
+    assert "ValueError: boom" in kept[2][1]

@@ -18,12 +18,14 @@ LOG = "jobs_logline"
 
 
 _COLUMNS = f"INSERT INTO {LOG} (job_id, attempt, seq, logged_at, level, message) "
+# Times travel as seconds since the epoch; SQLite's text is Django's (naive UTC), to the ms.
 _INSERT_LINES = {
-    "postgresql": _COLUMNS + "SELECT %s, %s, (r->>0)::integer, (r->>1)::timestamptz, r->>2, r->>3 "
+    "postgresql": _COLUMNS
+    + "SELECT %s, %s, (r->>0)::integer, to_timestamp((r->>1)::float8), r->>2, r->>3 "
     "FROM json_array_elements(%s::json) AS r",
     "sqlite": _COLUMNS + "SELECT %s, %s, json_extract(r.value, '$[0]'), "
-    "json_extract(r.value, '$[1]'), json_extract(r.value, '$[2]'), "
-    "json_extract(r.value, '$[3]') FROM json_each(%s) AS r",
+    "strftime('%%Y-%%m-%%d %%H:%%M:%%f', json_extract(r.value, '$[1]'), 'unixepoch'), "
+    "json_extract(r.value, '$[2]'), json_extract(r.value, '$[3]') FROM json_each(%s) AS r",
 }
 
 
@@ -50,9 +52,8 @@ def _apply(cursor, vendor: str, report) -> bool:
         # One statement, one JSON document: a statement per line (an executemany) gives the
         # interpreter lock up and waits to get it back once per line, and the task's thread
         # pays for each switch.
-        time_text = (lambda at: at.isoformat()) if vendor == "postgresql" else engine.time_value
         document = json.dumps(
-            [[x.seq, time_text(x.at), x.level, x.message] for x in lines], ensure_ascii=False
+            [[x.seq, x.created, x.level, x.message] for x in lines], ensure_ascii=False
         )
         cursor.execute(_INSERT_LINES[vendor], [job, report.attempt, document])
     if report.batch.delete_below is not None:
