@@ -36,6 +36,7 @@ __all__ = [
     "finish_and_claim",
     "insert_job",
     "insert_job_batch",
+    "link",
     "notify_workers",
     "release_continuations",
     "renew_leases",
@@ -98,6 +99,11 @@ def release_continuations(parent_ids, *, cursor=None):
 
 def cancel_continuations(parent_ids, *, cursor=None):
     return engine().cancel_continuations(parent_ids, cursor=cursor)
+
+
+def link(edges, *, cursor=None) -> None:
+    """Store that each (downstream, upstream) job id pair runs after its upstream job."""
+    engine().link(edges, cursor=cursor)
 
 
 def add_counters(counts: dict[str, int], *, cursor=None) -> None:

@@ -21,6 +21,8 @@ from ..states import TERMINAL, AttemptOutcome, JobState
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
+    BATCH_CALLBACKS,
+    DEPENDENCY,
     COUNTER,
     FINISH_COUNTERS,
     JOB,
@@ -120,6 +122,14 @@ class PostgresEngine(Engine):
 
     def notify(self, cursor):
         cursor.execute(NOTIFY)
+
+    def lock_downstream(self, cursor, upstreams, params):
+        cursor.execute(
+            f"SELECT id FROM {JOB} WHERE state = {sql_state(JobState.SCHEDULED)} AND id IN "
+            f"(SELECT downstream_id FROM {DEPENDENCY} WHERE upstream_id IN ({upstreams})) "
+            "ORDER BY id FOR UPDATE",
+            params,
+        )
 
     def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds):
         """A worker's connection. A stalled worker must not hold locks longer than a lease, nor
@@ -312,6 +322,8 @@ class PostgresEngine(Engine):
         )
         named = ", ".join(f"('{name}', a.n{i})" for i, (name, _, _) in enumerate(FINISH_COUNTERS))
         cancelled = sql_state(JobState.CANCELLED)
+        scheduled = sql_state(JobState.SCHEDULED)
+        pending = sql_state(JobState.PENDING)
         # The state guard compares with a column of v, not a literal: given a literal, the
         # planner may scan every running job (all workers' prefetched ones, and their dead
         # versions) instead of looking up each outcome's row by its primary key.
@@ -336,11 +348,24 @@ class PostgresEngine(Engine):
         SELECT {", ".join(attempt_exprs.get(n, n) for n in attempt_names)}
         FROM done WHERE outcome IS NOT NULL
     ),
+    up AS (
+        SELECT d.downstream_id AS id, count(*) AS n FROM {DEPENDENCY} d
+        JOIN done ON d.upstream_id = done.job_id
+        WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
+        GROUP BY d.downstream_id
+    ),
+    -- Waiting jobs locked in id order before the update (engine.py: why).
+    lk AS (
+        SELECT c.id, up.n FROM {JOB} c JOIN up ON c.id = up.id
+        WHERE c.state = {scheduled} ORDER BY c.id FOR UPDATE OF c
+    ),
     rel AS (
-        UPDATE {JOB} c SET {self.release_sets()}
-        FROM done WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
-          AND c.parent_id = done.job_id AND c.state = {sql_state(JobState.SCHEDULED)}
-        RETURNING c.id
+        UPDATE {JOB} c SET
+            waiting_for = CASE WHEN c.waiting_for > lk.n THEN c.waiting_for - lk.n ELSE 0 END,
+            state = CASE WHEN c.waiting_for <= lk.n THEN {pending} ELSE c.state END,
+            run_after = CASE WHEN c.waiting_for <= lk.n THEN now() ELSE c.run_after END
+        FROM lk WHERE c.id = lk.id AND c.state = {scheduled}
+        RETURNING c.id, c.state, c.node_name, c.workflow_id
     ),
     cnt AS (
         INSERT INTO {COUNTER} (name, value)
@@ -349,8 +374,13 @@ class PostgresEngine(Engine):
         WHERE x.n > 0
     ),
     -- Released continuations are due now: wake idle workers (delivered at commit).
-    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '') FROM (SELECT 1 FROM rel LIMIT 1) AS any_rel)
-    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken FROM done
+    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '')
+             FROM (SELECT 1 FROM rel WHERE state = {pending} LIMIT 1) AS any_rel),
+    -- Released batch callbacks, to be given their batch's counts (engine.give_batch_counts).
+    cb AS (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS batches FROM rel
+           WHERE state = {pending} AND node_name IN ({sql_in(BATCH_CALLBACKS)}))
+    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken, cb.ids, cb.batches
+    FROM done, cb
 """
 
     def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
@@ -358,6 +388,9 @@ class PostgresEngine(Engine):
             bound.execute(self.finish_sql, [_finish_document(chunk)], prepare=True)
             rows = bound.fetchall()
         changed = {row[0]: row[1] for row in rows}
+        if rows and rows[0][3]:
+            for job_id, batch_id in zip(rows[0][3], rows[0][4], strict=True):
+                self.give_batch_counts(cursor, job_id, batch_id)
         return [applied_as(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
 
     # --- heartbeat, counters ------------------------------------------------------------------
