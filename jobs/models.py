@@ -100,7 +100,11 @@ class Job(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     # The workflow or batch this job is a node of (jobs.workflows); null for a lone job.
     workflow = models.ForeignKey(
-        "Workflow", null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs",
+        "Workflow",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
         db_index=False,
     )
     # The node's name in its workflow (context.upstream's keys); "" outside a workflow.

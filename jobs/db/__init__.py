@@ -36,6 +36,7 @@ __all__ = [
     "finish_and_claim",
     "insert_job",
     "insert_job_batch",
+    "insert_jobs",
     "link",
     "notify_workers",
     "release_continuations",
@@ -70,6 +71,12 @@ def insert_job_batch(template: dict, calls) -> None:
     are (id, args, kwargs), already checked. One transaction, one count, one wake-up.
     """
     engine().insert_job_batch(template, calls)
+
+
+def insert_jobs(rows: list[dict]) -> None:
+    """Insert new jobs of any shape (each row as `insert_job` takes it); all or none, one count,
+    one wake-up."""
+    engine().insert_jobs(rows)
 
 
 def notify_workers() -> None:

@@ -529,6 +529,10 @@ class Engine:
     def insert_job_batch(self, template: dict, calls) -> None:
         raise NotImplementedError
 
+    def insert_jobs(self, rows: list[dict]) -> None:
+        """Insert new jobs of any shape (a workflow's nodes) in the caller's transaction."""
+        raise NotImplementedError
+
     # --- heartbeat, recovery, expiry ---------------------------------------------------------
 
     def renew_leases(self, leases, lease_seconds: float) -> set:

@@ -22,8 +22,8 @@ from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
     BATCH_CALLBACKS,
-    DEPENDENCY,
     COUNTER,
+    DEPENDENCY,
     FINISH_COUNTERS,
     JOB,
     Engine,
@@ -223,6 +223,31 @@ class PostgresEngine(Engine):
                         )
                     )
             cursor.execute(self.count_and_notify_sql, [len(calls)], prepare=True)
+
+    def insert_jobs(self, rows: list[dict]) -> None:
+        """Rows of any shape stream in through COPY; one count, one wake-up."""
+        if not rows:
+            return
+        inserted = job_inserted()
+        names = ", ".join(c.name for c in inserted)
+        with transaction.atomic(), BoundCursor() as cursor:
+            now = cursor.execute("SELECT now()").fetchone()[0]
+
+            def value(column, row):
+                if column.name == FINISHED_AT:
+                    return now if row["state"] in TERMINAL else None
+                v = insert_value(column, row)
+                return now if v is None and column.defaults_to_now else v
+
+            with cursor.copy(f"COPY {JOB} ({names}) FROM STDIN") as copy:
+                for start in range(0, len(rows), 2000):
+                    copy.write(
+                        "".join(
+                            "\t".join(_copy_text(value(c, row)) for c in inserted) + "\n"
+                            for row in rows[start : start + 2000]
+                        )
+                    )
+            cursor.execute(self.count_and_notify_sql, [len(rows)], prepare=True)
 
     # --- claim --------------------------------------------------------------------------------
 

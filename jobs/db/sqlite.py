@@ -233,6 +233,15 @@ class SQLiteEngine(Engine):
                 self._insert(cursor, rows)
             self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
 
+    def insert_jobs(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        step = max(1, 30000 // len(job_inserted()))  # within SQLite's parameter limit
+        with transaction.atomic(), connection.cursor() as cursor:
+            for start in range(0, len(rows), step):
+                self._insert(cursor, rows[start : start + step])
+            self.add_counters({"jobs_enqueued": len(rows)}, cursor=cursor)
+
     def _insert(self, cursor, rows: list[dict]) -> None:
         inserted = job_inserted()
         values, params = [], []
