@@ -99,14 +99,7 @@ class Job(models.Model):
     schedule = models.CharField(max_length=100, null=True, blank=True)
     scheduled_at = models.DateTimeField(null=True, blank=True)
     # The workflow or batch this job is a node of (jobs.workflows); null for a lone job.
-    workflow = models.ForeignKey(
-        "Workflow",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="jobs",
-        db_index=False,
-    )
+    workflow_id = models.UUIDField(null=True, blank=True)
     # The node's name in its workflow (context.upstream's keys); "" outside a workflow.
     node_name = models.CharField(max_length=100, blank=True, default="")
     # Upstream jobs (Dependency rows) not yet settled; a scheduled job is released at 0.
@@ -199,7 +192,7 @@ class Job(models.Model):
             ),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent"),
             models.Index(
-                fields=["workflow"], condition=Q(workflow__isnull=False), name="job_workflow"
+                fields=["workflow_id"], condition=Q(workflow_id__isnull=False), name="job_workflow"
             ),
             # Dead letters grouped by task and error (the console's dead-letter page).
             models.Index(
