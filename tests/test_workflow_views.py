@@ -51,7 +51,7 @@ def test_a_workflow_page_draws_every_node_linked_to_its_job_with_its_state(clien
     for job in Job.objects.filter(workflow_id=workflow_id):
         assert reverse("dashboard:job", args=[job.id]) in svg
         assert f">{job.node_name}<" in svg
-    assert svg.count('class="edge"') == 4
+    assert svg.count('class="wf-edge"') == 4
     assert svg.count(">Scheduled<") == 3 and svg.count(">Pending<") == 1
     # Read-only: no buttons.
     assert "Cancel workflow" not in html
