@@ -4,6 +4,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 from django.utils import timezone
 
 from jobs import actions, db, workflows
@@ -278,3 +279,23 @@ def test_pruning_finished_nodes_leaves_the_rest_of_the_graph_waiting():
     assert Dependency.objects.filter(upstream_id=top.job_id).count() == 0
     run(right)
     assert state(last) == JobState.PENDING
+
+
+EAGER = {
+    "default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [], "OPTIONS": {"EAGER": True}}
+}
+
+
+@override_settings(TASKS=EAGER)
+def test_eager_mode_runs_the_whole_graph_and_the_batch_callbacks_inline():
+    wf, top, left, right, last = diamond()
+    workflow_id = wf.enqueue()
+    assert set(Job.objects.filter(workflow_id=workflow_id).values_list("state", flat=True)) == {
+        JobState.SUCCEEDED
+    }
+    assert Job.objects.get(id=last.job_id).return_value == {"node-2": None, "node-3": None}
+    batch = Batch("b", on_finish=tasks.batch_callback)
+    batch.add(tasks.node, "x", 1)
+    batch_id = batch.enqueue()
+    done = Job.objects.get(workflow_id=batch_id, node_name="batch.on_finish")
+    assert done.return_value == {"batch_id": batch_id, "counts": {"succeeded": 1}}

@@ -249,6 +249,19 @@ class PostgresEngine(Engine):
                     )
             cursor.execute(self.count_and_notify_sql, [len(rows)], prepare=True)
 
+    def link(self, edges, *, cursor=None) -> None:
+        if not edges:
+            return
+        sql = f"COPY {DEPENDENCY} (downstream_id, upstream_id) FROM STDIN"
+        with BoundCursor() as bound, bound.copy(sql) as copy:
+            for start in range(0, len(edges), 5000):
+                copy.write(
+                    "".join(
+                        f"{self.uuid_value(d).hex}\t{self.uuid_value(u).hex}\n"
+                        for d, u in edges[start : start + 5000]
+                    )
+                )
+
     # --- claim --------------------------------------------------------------------------------
 
     # One statement of constant text per shape: the due jobs' ids picked by walking the claim
