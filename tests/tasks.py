@@ -272,6 +272,11 @@ def fails_with_broken_backoff(key):
 
 
 @task(backoff=NO_WAIT)
+def returns_text(size):
+    return "r" * size
+
+
+@task(backoff=NO_WAIT)
 def node(key, value=None):
     """A workflow node: records its run, returns `value`."""
     _ledger(key)
