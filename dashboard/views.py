@@ -34,6 +34,7 @@ from .forms import (
     EditRerunForm,
     JobFilterForm,
 )
+from .health import no_worker_alert
 from .pages import console_page, list_status, render_page
 from .permissions import can_view
 
@@ -146,6 +147,12 @@ def task_detail(request, task_path):
         return error_page(request, 404, f"No job of the task {task_path!r} is stored.")
     context = {"task_path": task_path, "detail": detail}
     return render_page(request, "dashboard/task_detail.html", "task", context)
+
+
+@console_page
+def worker_banner(request):
+    context = {"alert": no_worker_alert()}
+    return render(request, "dashboard/includes/worker_banner.html", context)
 
 
 @require_GET
