@@ -31,6 +31,8 @@ urlpatterns = [
     path("schedules/<str:name>/trigger/", schedule_views.trigger, name="schedule_trigger"),
     path("tasks/", views.task_list, name="tasks"),
     path("tasks/<path:task_path>/", views.task_detail, name="task"),
+    path("audit/", views.audit, name="audit"),
+    path("api/docs/", views.api_docs, name="api_docs"),
     path("status/worker-banner/", views.worker_banner, name="worker_banner"),
     path("no-access/", views.no_access, name="no_access"),
 ]

@@ -8,7 +8,7 @@ from django import template
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
 from jobs.actions import due_later as job_due_later
@@ -258,3 +258,15 @@ class PageHeadNode(template.Node):
 def worker_banner():
     """The warning shown on every page while due jobs wait and no worker is alive."""
     return {"alert": no_worker_alert()}
+
+
+@register.filter
+def code_spans(text: str):
+    """Text with its `backticked` words set as code (OpenAPI descriptions use them)."""
+    parts = escape(text).split("`")
+    if len(parts) % 2 == 0:
+        # An unmatched backtick: leave the text as written.
+        return escape(text)
+    return mark_safe(
+        "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+    )

@@ -68,9 +68,11 @@
       reason = reason || pauseReason(region);
     });
     status.textContent = reason || "Live";
+    status.title = reason || "Live: this page refreshes itself";
     status.classList.toggle("is-paused", Boolean(reason));
     toggle.setAttribute("aria-pressed", liveOff() ? "false" : "true");
     toggle.textContent = liveOff() ? "Turn live refresh on" : "Turn live refresh off";
+    toggle.title = toggle.textContent;
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
