@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from jobs.models import AuditEntry
 
-from .pagination import DEFAULT_LIMIT
+from .pagination import DEFAULT_LIMIT, MAX_LIMIT
 
 SALT = "jobsite.dashboard.audit-cursor"
 # The actions written today, offered as suggestions; the filter takes any text.
@@ -44,6 +44,9 @@ class AuditFilterForm(forms.Form):
     action = forms.CharField(required=False, max_length=32)
     job = forms.CharField(required=False, max_length=36, label="Job id")
     cursor = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
+    limit = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_LIMIT, widget=forms.HiddenInput
+    )
 
     def clean_user(self):
         return _no_nul(self.cleaned_data["user"].strip())
@@ -75,11 +78,12 @@ class AuditFilterForm(forms.Form):
         data = self.cleaned_data
         return {k: str(data[k]) for k in ("user", "action", "job") if data.get(k)}
 
-    def page(self, limit: int = DEFAULT_LIMIT) -> AuditPage | None:
+    def page(self) -> AuditPage | None:
         """The page the form asks for; None when a filter was refused."""
         if not self.is_valid():
             return None
         data = self.cleaned_data
+        limit = data["limit"] or DEFAULT_LIMIT
         entries = AuditEntry.objects.all()
         if data["user"]:
             entries = entries.filter(username=data["user"])
