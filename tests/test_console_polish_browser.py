@@ -79,15 +79,20 @@ def test_no_element_sticks_out_of_its_card_on_a_phone_a_laptop_or_a_wide_screen(
     open_console, screenshots
 ):
     pages = a_console_of_every_kind()
-    for width, viewport in (("phone", PHONE), ("laptop", LAPTOP), ("wide", WIDE)):
-        for scheme in ("light", "dark") if width != "wide" else ("light",):
-            page = open_console(viewport=viewport, color_scheme=scheme)
-            for name, path in pages.items():
-                page.goto(base_of(page) + path)
-                expect(page.locator("main h1").first).to_be_visible()
-                assert page.evaluate(OUT_OF_CARD) == [], f"{name} at {width}"
-                shot = screenshots / f"polish-{name}-{width}-{scheme}.png"
-                page.screenshot(path=shot, full_page=True)
+    # Light and dark lay out alike; the dark phone is shot for the eye.
+    for width, viewport, scheme in (
+        ("phone", PHONE, "dark"),
+        ("laptop", LAPTOP, "light"),
+        ("wide", WIDE, "light"),
+    ):
+        page = open_console(viewport=viewport, color_scheme=scheme)
+        for name, path in pages.items():
+            page.goto(base_of(page) + path)
+            expect(page.locator("main h1").first).to_be_visible()
+            assert page.evaluate(OUT_OF_CARD) == [], f"{name} at {width}"
+            page.screenshot(
+                path=screenshots / f"polish-{name}-{width}-{scheme}.png", full_page=True
+            )
 
 
 def test_the_top_bar_keeps_its_height_through_every_live_state(open_console):
