@@ -1,8 +1,10 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import schedules
+from jobs import logformat, schedules, sentry
 from jobs.compat import task_backends
+from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
+from jobs.names import check_queue_name
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
@@ -51,18 +53,37 @@ class Command(BaseCommand):
             help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
         )
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve")
+        parser.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            type=str.upper,
+            default=None,
+            help="how much the worker logs (default INFO, or what LOGGING sets for 'jobs')",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default="text",
+            help="json: one JSON object per line, every finished attempt included",
+        )
 
     def handle(self, *args, **options):
         try:
             backend = task_backends[options["backend"]]
         except Exception as e:
             raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
+        try:
+            sentry.capture_mode(getattr(backend, "options", {}))
+        except ValueError as e:
+            raise CommandError(str(e)) from None
         problems = schedules.check(backend)
         if problems:
             raise CommandError("; ".join(problems))
         for queue in options["queues"]:
-            if not queue or len(queue) > 100:
-                raise CommandError(f"queue names are 1 to 100 characters: {queue!r}")
+            try:
+                check_queue_name(queue)
+            except ValueError as e:
+                raise CommandError(f"--queue {e}") from None
         worker_id = options["worker_id"]
         if worker_id is not None and not 0 < len(worker_id) <= 200:
             raise CommandError("--worker-id must be 1 to 200 characters")
@@ -78,9 +99,13 @@ class Command(BaseCommand):
                 heartbeat_seconds=timing.heartbeat_seconds,
                 lease_seconds=timing.lease_seconds,
                 cancel_grace=timing.cancel_grace_seconds,
+                log_format=options["log_format"],
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
+        configure_worker_logging(options["log_level"])
+        if options["log_format"] == "json":
+            logformat.use_json()
         code = Worker(config, backend_alias=options["backend"]).run()
         if code:
             raise SystemExit(code)
