@@ -485,7 +485,10 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     from django.db import connections
 
     from .outcome import Ran
+    from .reports import start_live_writer
     from .runner import run_attempt
+
+    start_live_writer()
 
     current = [None]
 
