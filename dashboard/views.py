@@ -214,10 +214,19 @@ def _since_retry(request, job) -> str:
     tag = f"retried-{job.id}"
     if not any(tag in message.extra_tags.split() for message in messages.get_messages(request)):
         return ""
-    state = JobState(job.state).label.lower()
     if job.state == JobState.RUNNING:
         return f"Since then a worker took it: attempt {job.attempt} is running."
-    return f"Since then attempt {job.attempt} ran: the job is {state} now."
+    outcome = SINCE_RETRY_WORDS.get(job.state, f"it is {JobState(job.state).label.lower()}")
+    return f"Since then attempt {job.attempt} ran: {outcome}."
+
+
+# What became of a retried job, by the state it is in when its page is shown.
+SINCE_RETRY_WORDS = {
+    JobState.SUCCEEDED: "it succeeded",
+    JobState.RETRYING: "it failed and waits for its next attempt",
+    JobState.DEAD_LETTER: "it failed again and is a dead letter",
+    JobState.CANCELLED: "it was cancelled",
+}
 
 
 def _job_action(act, *, ask_first=None):

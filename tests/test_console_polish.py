@@ -71,7 +71,7 @@ def test_a_retry_names_and_links_its_job_and_its_page_says_what_happened_since(
     )
     html = operator_client.get(f"/jobs/{job.id}/").content.decode()
     assert f'job put back in line: <a href="/jobs/{job.id}/">add {str(job.id)[:8]}</a>' in html
-    assert "Since then attempt 4 ran: the job is dead letter now." in html
+    assert "Since then attempt 4 ran: it failed again and is a dead letter." in html
     # Once read, the note goes with the message.
     assert "Since then" not in operator_client.get(f"/jobs/{job.id}/").content.decode()
 
