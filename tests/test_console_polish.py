@@ -13,6 +13,7 @@ from jobs import queues
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import JobState
 from tests.test_dashboard_views import make_job, make_user
+from tests.test_schedules import with_schedules
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +174,10 @@ def test_live_appears_once_per_page(viewer_client):
     for path in ("/", "/workers/", "/schedules/", f"/jobs/{job.id}/"):
         html = viewer_client.get(path).content.decode()
         assert len(re.findall(r">Live\b", html)) == 1, path
+
+
+def test_the_schedules_page_refreshes_often_while_a_run_is_on_its_way(viewer_client):
+    with with_schedules({"ping": {"task": "tests.tasks.add", "every": 30}}):
+        assert 'hx-trigger="every 10s, wake"' in viewer_client.get("/schedules/").content.decode()
+        make_job(JobState.PENDING, schedule="ping")
+        assert 'hx-trigger="every 2s, wake"' in viewer_client.get("/schedules/").content.decode()

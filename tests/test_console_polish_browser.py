@@ -16,6 +16,7 @@ from jobs.states import JobState
 from tests.browser import LAPTOP, PHONE, base_of, settled, tick
 from tests.factories import dead_letter_of_add
 from tests.test_dashboard_views import make_job
+from tests.test_schedules import with_schedules
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -221,3 +222,16 @@ def test_retry_names_its_job_and_the_audit_log_shows_who_did_it(open_console):
     expect(page.get_by_role("heading", name="JSON API")).to_be_visible()
     page.get_by_role("link", name="/jobs/{job_id}/retry").click()
     expect(page.locator("#post-jobs-job_id-retry")).to_be_in_viewport()
+
+
+def test_the_schedules_count_down_between_refreshes(open_console):
+    with with_schedules({"ping": {"task": "tests.tasks.add", "args": [1, 2], "every": 30}}):
+        page = settled(open_console())
+        page.goto(base_of(page) + "/schedules/")
+        # With live refresh off, only the page's own clock can change the countdown.
+        page.get_by_role("button", name="Turn live refresh off").click()
+        countdown = page.locator("#schedule-ping [data-countdown] time")
+        first = countdown.inner_text()
+        assert re.match(r"^(in \d+ s|due now)", first)
+        expect(countdown).not_to_have_text(first, timeout=3_000)
+        page.get_by_role("button", name="Turn live refresh on").click()
