@@ -282,8 +282,10 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
 # Lists.
 
 
-def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
+def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None, workflow=None):
     jobs = Job.objects.all()
+    if workflow:
+        jobs = jobs.filter(workflow_id=workflow)
     if state:
         jobs = jobs.filter(state=state)
     if queue:

@@ -25,7 +25,7 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 from multiprocessing import forkserver, resource_tracker
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 IDLE = -1.0
 # How often the child checks that its worker is alive and its job's lease still holds.

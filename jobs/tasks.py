@@ -120,6 +120,14 @@ class JobContext(TaskContext):
 
         return Job.objects.filter(id=self.job_id, cancel_requested_at__isnull=False).exists()
 
+    @property
+    def upstream(self) -> dict:
+        """The return values of the jobs this one ran after: {node name: value} (a failed
+        upstream job, run past with on_upstream_failure="run", gives None)."""
+        from .workflows import upstream_values
+
+        return upstream_values(self.job_id)
+
 
 def load_task(task_path: str):
     """Import the Task object at `task_path`; ImportError/TypeError when it is not a Task."""

@@ -86,3 +86,9 @@ def sync_inventory(context, warehouse):
     if context.attempt <= 4:
         raise TimeoutError(f"warehouse {warehouse} API did not answer within 30 s")
     return {"warehouse": warehouse, "synced": True, "attempts": context.attempt}
+
+
+@task()
+def batch_report(batch_id, counts):
+    """A batch callback: on_success / on_finish get the batch id and its counts per state."""
+    return {"batch_id": batch_id, "counts": counts}

@@ -327,3 +327,24 @@ async def async_reports(context, count):
         context.logger.info("async line %d", i)
         await asyncio.sleep(0)
     return count
+
+
+@task(backoff=NO_WAIT)
+def node(key, value=None):
+    """A workflow node: records its run, returns `value`."""
+    _ledger(key)
+    return value
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def join(context, key):
+    """A workflow node that returns what its upstream nodes returned."""
+    _ledger(key)
+    return context.upstream
+
+
+@task(backoff=NO_WAIT)
+def batch_callback(batch_id, counts):
+    """A batch callback: records its run, returns what it was given."""
+    _ledger(f"callback-{batch_id}")
+    return {"batch_id": batch_id, "counts": counts}

@@ -6,21 +6,8 @@ import pytest
 
 from dashboard import openapi
 from dashboard.api_docs import api_docs, type_text
-from tests.test_dashboard_views import make_user
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "olivia", operate=True))
-    return client
-
-
-@pytest.fixture
-def viewer_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "victor"))
-    return client
 
 
 def test_the_page_documents_every_operation_and_schema_of_the_served_document(viewer_client):

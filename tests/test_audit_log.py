@@ -13,18 +13,6 @@ from tests.test_dashboard_views import make_job, make_user
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def operator_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "olivia", operate=True))
-    return client
-
-
-@pytest.fixture
-def viewer_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "victor"))
-    return client
-
-
 def entry_ids(html: str) -> list[str]:
     return re.findall(r'<a class="mono" href="/jobs/([0-9a-f-]{36})/">', html)
 

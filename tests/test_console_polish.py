@@ -12,22 +12,10 @@ from dashboard.templatetags.dashboard import duration
 from jobs import queues
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import JobState
-from tests.test_dashboard_views import make_job, make_user
+from tests.test_dashboard_views import make_job
 from tests.test_schedules import with_schedules
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def operator_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "olivia", operate=True))
-    return client
-
-
-@pytest.fixture
-def viewer_client(client, django_user_model):
-    client.force_login(make_user(django_user_model, "victor"))
-    return client
 
 
 BANNER = "No worker is running."
