@@ -86,6 +86,8 @@ class QueueRow:
     dead_letter: Tally
     # How long the job that has waited longest since it became due has been waiting.
     oldest_due_age: timedelta | None
+    # Do workers claim nothing from it (`jobs.queues.pause`)?
+    paused: bool = False
 
 
 QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState.DEAD_LETTER)
@@ -93,6 +95,7 @@ QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState
 
 def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
     """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
+    paused = queues.paused()
     if state_counts.kept():
         counts = queues.job_counts()
         return [
@@ -100,6 +103,7 @@ def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
                 name=name,
                 **{state: Tally(value=counts[name].get(state, 0)) for state in QUEUE_COLUMNS},
                 oldest_due_age=_age(now, oldest_due(name, now)),
+                paused=name in paused,
             )
             for name in sorted(counts)
         ]
@@ -109,6 +113,7 @@ def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
             name=name,
             **{state: split[state].get(name, _none_in(split[state])) for state in QUEUE_COLUMNS},
             oldest_due_age=_age(now, oldest_due(name, now)),
+            paused=name in paused,
         )
         for name in distinct_names("queue_name")
     ]

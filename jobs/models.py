@@ -366,6 +366,9 @@ class AuditEntry(AuditRecord):
             models.Index(
                 fields=["subject", "-at"], condition=~Q(subject=""), name="audit_subject_recent"
             ),
+            # The console's audit log, filtered by who or by what, pages back by id.
+            models.Index(fields=["username", "-id"], name="audit_user_recent"),
+            models.Index(fields=["action", "-id"], name="audit_action_recent"),
         ]
         constraints = [
             models.UniqueConstraint(
