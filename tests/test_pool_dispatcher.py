@@ -36,6 +36,7 @@ def executors():
             e.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
             e.taking = ctx.Lock()
             e.inflight, e.estimates = {}, {}
+            e.coroutines, e.async_slots = set(), 1
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
             e._outbox = []
