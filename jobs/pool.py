@@ -511,8 +511,8 @@ class Dispatcher:
         # task path -> whether it is an async def task (run as a coroutine)
         self.coroutine_tasks: dict[str, bool] = {}
         # Share of coroutines among recent claims (EWMA): which slots a claim can expect to
-        # fill, sync or async, before the jobs' tasks are known.
-        self.async_share = 0.0
+        # fill, sync or async, before the jobs' tasks are known. Halfway until jobs are seen.
+        self.async_share = 0.5
 
     def is_coroutine(self, task_path: str) -> bool:
         known = self.coroutine_tasks.get(task_path)
@@ -570,6 +570,16 @@ class Dispatcher:
         return self._blend(
             (1 + self._prefetch()) * len(self.executors),
             sum(e.async_slots for e in self.executors),
+        )
+
+    def has_free_place(self) -> bool:
+        """Whether a claimed job can start now without waiting for a batch's worth of room:
+        an executor is idle, or (when most jobs are coroutines) has a free async slot, since
+        coroutines free their slots one by one."""
+        coroutines = self.async_share >= 0.5
+        return any(
+            not e.broken and (e.idle or (coroutines and e.free_async_slots()))
+            for e in self.executors
         )
 
     def _blend(self, sync: int, coroutines: int) -> int:

@@ -331,11 +331,11 @@ class Worker:
 
     def _claim_limit(self):
         room = self.dispatcher.room()
-        # Claim in batches: wait until half the room is free, unless an executor is idle.
+        # Claim in batches: wait until half the room is free, unless a job can start now.
         if room <= 0 or (
             self.held
             and room < self.dispatcher.total_capacity() // 2
-            and not any(e.idle for e in self.executors)
+            and not self.dispatcher.has_free_place()
         ):
             return 0
         limit = min(room, self.config.batch_size)
