@@ -511,8 +511,9 @@ class Dispatcher:
         # task path -> whether it is an async def task (run as a coroutine)
         self.coroutine_tasks: dict[str, bool] = {}
         # Share of coroutines among recent claims (EWMA): which slots a claim can expect to
-        # fill, sync or async, before the jobs' tasks are known. Halfway until jobs are seen.
-        self.async_share = 0.5
+        # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
+        # are sized for sync jobs (never more than can start) until coroutines are seen.
+        self.async_share = 0.0
 
     def is_coroutine(self, task_path: str) -> bool:
         known = self.coroutine_tasks.get(task_path)

@@ -666,6 +666,8 @@ class Worker:
                 "pid": os.getpid(),
                 "queues": list(self.config.queues),
                 "concurrency": self.config.concurrency,
+                "async_concurrency": self.config.async_concurrency,
+                **self._free_slots(),
                 "started_at": timezone.now(),
                 "last_heartbeat_at": timezone.now(),
                 "stopped_at": None,
@@ -675,7 +677,9 @@ class Worker:
     def _heartbeat(self):
         self.heartbeats += 1
         WorkerNode.objects.filter(id=self.worker_id).update(
-            last_heartbeat_at=timezone.now(), jobs_processed=self.processed_total
+            last_heartbeat_at=timezone.now(),
+            jobs_processed=self.processed_total,
+            **self._free_slots(),
         )
         now = time.monotonic()
         renewable = [
@@ -696,6 +700,15 @@ class Worker:
                 self._abandon(job_id)
         self._check_cancels()
         self._maintenance()
+
+    def _free_slots(self) -> dict:
+        """What the console shows of this worker's room: executors free for a sync job, and
+        free coroutine slots."""
+        live = [e for e in self.executors if not e.broken]
+        return {
+            "free_sync_slots": sum(1 for e in live if e.idle),
+            "free_async_slots": sum(e.free_async_slots() for e in live),
+        }
 
     def _abandon(self, job_id):
         held = self.held.pop(job_id, None)

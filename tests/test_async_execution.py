@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from jobs.models import Attempt, Job
+from jobs.actions import cancel
+from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import JobState
 from tests import tasks
 from tests.reliability_helpers import (
@@ -20,6 +21,7 @@ from tests.reliability_helpers import (
     read_events,
     spans_by_key,
     wait_for,
+    wait_started,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -205,3 +207,30 @@ def test_a_coroutine_holding_the_event_loop_is_reported_with_its_task_and_how_lo
     assert str(blocker) in reports[0] and "tests.tasks.blocks_loop" in reports[0]
     seconds = float(reports[0].split(" for ")[1].split("s ")[0])
     assert seconds >= 0.5  # beyond the threshold; the figure is what was measured
+
+
+def test_a_cancel_cancels_that_coroutine_alone_and_the_worker_reports_its_free_slots(
+    spawn_worker, subprocess_env, fast_leases
+):
+    doomed = tasks.awaits.enqueue("doomed", 60).id
+    neighbours = tasks.awaits.enqueue_many([((f"near-{i}", 4), {}) for i in range(5)])
+    worker = spawn_worker("--concurrency", "2", "--async-concurrency", "5")
+    wait_started(worker)
+    wait_for(lambda: len(starts(subprocess_env)) == 6, timeout=20, what="6 coroutines running")
+
+    def reported():
+        node = WorkerNode.objects.get(id=worker.worker_id)
+        return (node.free_sync_slots, node.free_async_slots) == (0, 4) and node
+
+    node = wait_for(reported, timeout=10, what="a heartbeat with 6 coroutines running")
+    assert (node.concurrency, node.async_concurrency) == (2, 5)
+    assert cancel(doomed)
+    wait_for(lambda: all_terminal([doomed, *neighbours]), timeout=30, what="the jobs to end")
+    stop(worker)
+
+    job = Job.objects.get(id=doomed)
+    assert (job.state, job.attempt) == ("cancelled", 1)
+    assert Attempt.objects.get(job=job).outcome == "cancelled"
+    for job in Job.objects.filter(id__in=neighbours):
+        assert (job.state, job.attempt) == ("succeeded", 1), job.args
+    assert not worker.logged("did not stop within")  # cancelled in its executor, no kill
