@@ -81,8 +81,7 @@ class ExecutorLoop:
         self.send_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread = None
-        self.coroutines: dict[int, asyncio.Task] = {}  # seq -> task, read in the loop only
-        self.stop_reasons: dict[int, str] = {}  # seq -> "timeout" | "cancelled"
+        self.controls: dict[int, Control] = {}  # seq -> its coroutine's, in the loop only
         # Coroutines handed to the loop and not yet done; all_done is set when there are none.
         self.active = 0
         self.active_lock = threading.Lock()
@@ -185,7 +184,7 @@ class ExecutorLoop:
                 claimed.id,
                 for_log(claimed.task_path),
                 held,
-                max(0, len(self.coroutines) - 1),
+                max(0, len(self.controls) - 1),
             )
         self.last_tick = now
         self.loop.call_later(LOOP_TICK, self._tick)
@@ -208,33 +207,57 @@ class ExecutorLoop:
             frame = frame.f_back
 
     def _spawn(self, seq, claimed, slot):
-        task = self.loop.create_task(self._attempt(seq, claimed, slot))
-        self.coroutines[seq] = task
+        control = self.controls[seq] = Control()
+        control.task = self.loop.create_task(self._attempt(seq, claimed, slot, control))
         if claimed.timeout:
-            self.loop.call_later(claimed.timeout, self._stop, seq, "timeout")
+            control.timer = self.loop.call_later(claimed.timeout, control.stop, "timeout")
 
     def _cancel(self, seq):
-        self._stop(seq, "cancelled")
+        control = self.controls.get(seq)
+        if control is not None:
+            control.stop("cancelled")
 
-    def _stop(self, seq, reason):
-        task = self.coroutines.get(seq)
-        if task is not None and seq not in self.stop_reasons:
-            self.stop_reasons[seq] = reason
-            task.cancel()
-
-    async def _attempt(self, seq, claimed, slot):
+    async def _attempt(self, seq, claimed, slot, control):
         try:
-            ran = await run_coroutine(claimed, self.worker_id, lambda: self.stop_reasons.get(seq))
+            try:
+                ran = await run_coroutine(claimed, self.worker_id, control)
+            except BaseException as exc:  # never expected: the job is answered all the same
+                ran = _broken(claimed, exc)
             self._answer(seq, slot, ran)
         finally:
-            self.coroutines.pop(seq, None)
-            self.stop_reasons.pop(seq, None)
-            if not self.coroutines:
+            if control.timer is not None:
+                control.timer.cancel()
+            del self.controls[seq]
+            if not self.controls:
                 await _release_connections()
             with self.active_lock:
                 self.active -= 1
                 if not self.active:
                     self.all_done.set()
+
+
+class Control:
+    """How a coroutine job may be stopped: its task, its timeout's timer, and why it was
+    stopped. Only the task's own code is ever cancelled, never the steps around it that
+    record its outcome (`inside`)."""
+
+    __slots__ = ("task", "timer", "reason", "inside")
+
+    def __init__(self):
+        self.task = self.timer = self.reason = None
+        self.inside = False
+
+    def stop(self, reason):
+        if self.inside and self.reason is None:
+            self.reason = reason
+            self.task.cancel()
+
+
+def _broken(claimed, exc):
+    from .runner import _failed
+    from .states import DeadLetterReason
+
+    return _failed(claimed, exc, "error", None, stop_reason=DeadLetterReason.UNRECOVERABLE)
 
 
 def _released(claimed):
@@ -243,7 +266,7 @@ def _released(claimed):
     return Ran(claimed.id, "released")
 
 
-async def run_coroutine(claimed, worker_id, stop_reason):
+async def run_coroutine(claimed, worker_id, control):
     """`runner.run_attempt` for an `async def` task: the coroutine is awaited here, and a
     cancel of it by its timeout or an operator fails the attempt as JobTimeout or
     JobCancelled. Steps that may use the database run in Django's sync thread."""
@@ -262,16 +285,21 @@ async def run_coroutine(claimed, worker_id, stop_reason):
         else:
             call_args = attempt.begin()
         try:
-            value = await attempt.task.func(*call_args, **attempt.kwargs)
-            if stop_reason() == "timeout":
-                raise _stopped(claimed, "timeout")
+            control.inside = True
+            try:
+                value = await attempt.task.func(*call_args, **attempt.kwargs)
+            finally:
+                control.inside = False
+                if control.reason is not None:
+                    asyncio.current_task().uncancel()  # the cancel was ours, and is spent
+            if control.reason == "timeout":
+                raise _stopped(claimed, "timeout")  # it returned anyway, past its timeout
         except asyncio.CancelledError as exc:
-            reason = stop_reason()
-            if reason is None:
-                raise  # not ours: the loop itself is going away
-            asyncio.current_task().uncancel()
-            error = _stopped(claimed, reason)
-            error.__cause__ = exc
+            # Ours (its timeout, an operator's cancel), or one the task's own code raised.
+            error = exc
+            if control.reason is not None:
+                error = _stopped(claimed, control.reason)
+                error.__cause__ = exc
             ran = await sync_to_async(attempt.failed)(error)
         except BaseException as exc:
             ran = await sync_to_async(attempt.failed)(exc)
@@ -283,8 +311,6 @@ async def run_coroutine(claimed, worker_id, stop_reason):
         if ran.kind == "error":
             return await sync_to_async(attempt.announce)(ran)
         return ran
-    except asyncio.CancelledError:
-        raise
     except BaseException as exc:
         return attempt.broke(exc)
 
