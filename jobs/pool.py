@@ -28,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from multiprocessing import forkserver, resource_tracker
 
 from .executor_loop import (
-    IDLE,  # noqa: F401 (read by the dispatcher tests)
     LEASES,
     RELEASE_UP_TO,
     TAKEN,
