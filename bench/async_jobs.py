@@ -3,13 +3,14 @@
     .venv/bin/python bench/async_jobs.py                     # PostgreSQL, the figures of the README
     .venv/bin/python bench/async_jobs.py --db sqlite --jobs 2000 --sync-jobs 500
 
-Every job waits `--ms` milliseconds (100): the async path awaits asyncio.sleep in a worker of
-`--concurrency 2 --async-concurrency 100`; the process path sleeps in a sync job under
-`--concurrency 8, 32, 64`. Each drain is one burst worker over pre-enqueued jobs; the rate runs
-from the first start to the last finish, and the memory is the highest PSS of the worker and
-every process it started, sampled through the drain. Every drain checks that each job ran
-exactly once and none is left running. Not part of the test suite: numbers go to
-bench/README.md.
+Every job waits `--ms` milliseconds (100): the async path awaits asyncio.sleep, then (second
+variant) makes a real HTTP GET with aiohttp to a local server answering in `--ms`
+(bench/slow_http.py), in a worker of `--concurrency 2 --async-concurrency 100`; the process
+path sleeps in a sync job under `--concurrency 8, 32, 64`. Each drain is one burst worker over
+pre-enqueued jobs; the rate runs from the first start to the last finish, and the memory is the
+highest PSS of the worker and every process it started, sampled through the drain. Every drain
+checks that each job ran exactly once and none is left running. Not part of the test suite:
+numbers go to bench/README.md.
 """
 
 import argparse
@@ -33,12 +34,12 @@ from bench.throughput import (  # noqa: E402
 )
 
 
-def drain(url, task, n, ms, *worker_args):
-    """(jobs/s, highest PSS in MB) of one burst worker over n jobs of `task`."""
+def drain(url, task, n, argument, *worker_args):
+    """(jobs/s, highest PSS in MB) of one burst worker over n jobs of `task(argument)`."""
     from jobs.models import Job
 
     reset()
-    task.enqueue_many([((ms,), {})] * n)
+    task.enqueue_many([((argument,), {})] * n)
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--burst", *worker_args],
         cwd=ROOT,
@@ -69,6 +70,25 @@ def drain(url, task, n, ms, *worker_args):
     return n / (last - first).total_seconds(), peak[0]
 
 
+def http_server(port, ms):
+    """bench/slow_http.py in a process of its own, once it answers."""
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "slow_http.py"), "--port", str(port), "--ms", str(ms)]
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read()
+            return proc
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("the local HTTP server did not start") from None
+            time.sleep(0.2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
@@ -77,26 +97,32 @@ def main():
     parser.add_argument("--ms", type=int, default=100)
     parser.add_argument("--async-concurrency", type=int, default=100)
     parser.add_argument("--sync-concurrency", type=int, nargs="*", default=[8, 32, 64])
+    parser.add_argument("--no-http", action="store_true", help="leave out the HTTP variant")
+    parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args()
     url = scratch_database(args.db)
     setup_django(url)
-    from bench.peers.jobsite_tasks import await_ms, sleep_ms
+    from bench.peers.jobsite_tasks import await_ms, http_get, sleep_ms
 
     log(f"== {args.db}: every job waits {args.ms} ms")
-    rate, pss = drain(
-        url,
-        await_ms,
-        args.jobs,
-        args.ms,
-        "--concurrency",
-        "2",
-        "--async-concurrency",
-        str(args.async_concurrency),
-    )
+    coroutines = ("--concurrency", "2", "--async-concurrency", str(args.async_concurrency))
+    rate, pss = drain(url, await_ms, args.jobs, args.ms, *coroutines)
     log(
-        f"async def, --concurrency 2 --async-concurrency {args.async_concurrency}: "
+        f"async def awaiting asyncio.sleep, {' '.join(coroutines)}: "
         f"{args.jobs} jobs, {rate:,.0f} jobs/s, PSS {pss:,.0f} MB"
     )
+    if not args.no_http:
+        server = http_server(args.port, args.ms)
+        try:
+            page = f"http://127.0.0.1:{args.port}/"
+            rate, pss = drain(url, http_get, args.jobs, page, *coroutines)
+        finally:
+            server.terminate()
+            server.wait(30)
+        log(
+            f"async def making an HTTP GET (aiohttp), {' '.join(coroutines)}: "
+            f"{args.jobs} jobs, {rate:,.0f} jobs/s, PSS {pss:,.0f} MB"
+        )
     for concurrency in args.sync_concurrency:
         rate, pss = drain(url, sleep_ms, args.sync_jobs, args.ms, "--concurrency", str(concurrency))
         log(
