@@ -218,6 +218,7 @@ class ExecutorLoop:
             control.stop("cancelled")
 
     async def _attempt(self, seq, claimed, slot, control):
+        ran = None
         try:
             try:
                 ran = await run_coroutine(claimed, self.worker_id, control)
@@ -230,6 +231,10 @@ class ExecutorLoop:
             del self.controls[seq]
             if not self.controls:
                 await _release_connections()
+            elif ran is None or ran.kind != "ok":
+                # A failure may have broken the connection the coroutines share (in Django's
+                # sync thread): drop it there if so, so the next job gets a working one.
+                await _sync(self.tidy)
             with self.active_lock:
                 self.active -= 1
                 if not self.active:
@@ -324,7 +329,13 @@ def _stopped(claimed, reason) -> Exception:
 async def _release_connections():
     """Close the database connections the coroutines used (in Django's sync thread) once
     none runs: an idle executor holds none, and a broken one never reaches the next job."""
-    from asgiref.sync import sync_to_async
     from django.db import connections
 
-    await sync_to_async(connections.close_all)()
+    await _sync(connections.close_all)
+
+
+async def _sync(fn):
+    """Run `fn` in Django's sync thread, where the async ORM runs its queries."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(fn)()
