@@ -12,7 +12,7 @@ import logging
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, Unrecoverable
+from .errors import PoisonJob, ResultTooLarge, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
 from .states import DeadLetterReason
@@ -204,6 +204,11 @@ class Attempt:
         """The task returned `value` (a value that cannot be stored fails the attempt)."""
         try:
             return_json = payload.dumps(payload.check_json(value, "return value"))
+            if len(return_json) > payload.MAX_BYTES:
+                raise ResultTooLarge(
+                    f"the return value takes {len(return_json):,} bytes as JSON, over the limit "
+                    f"of {payload.MAX_BYTES:,} (1 MiB): store it elsewhere and return its key"
+                )
         except BaseException as exc:
             return self.failed(exc)
         finished = now()

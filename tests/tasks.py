@@ -272,6 +272,11 @@ def fails_with_broken_backoff(key):
     raise ValueError(key)
 
 
+@task(backoff=NO_WAIT)
+def returns_text(size):
+    return "r" * size
+
+
 # --- async def tasks run as coroutines (tests/test_async_execution.py) ------------------------
 
 

@@ -13,6 +13,7 @@ from jobs.pool import (
     PREFETCH_BUDGET,
     SEEN_BEFORE_SHORT,
     SEND_EVERY,
+    Channel,
     Dispatcher,
     Executor,
     mp_context,
@@ -40,7 +41,7 @@ def executors():
             e.coroutines, e.async_slots = set(), async_slots
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
-            e._outbox = []
+            e.channel, e._received = Channel(e.conn), []
             made.append(e)
         return made[-n:]
 

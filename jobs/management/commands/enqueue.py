@@ -14,6 +14,7 @@ from jobs.backend import JobTask, load_task
 from jobs.compat import InvalidTask
 from jobs.errors import DuplicateJob
 from jobs.management.arguments import whole_number
+from jobs.retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 
 # Exit status for anything wrong with what was asked (as argparse uses for bad options).
 USAGE_ERROR = 2
@@ -61,7 +62,7 @@ def moment(value):
     return parsed
 
 
-attempts = whole_number(1, 100, what="attempts")
+attempts = whole_number(MIN_ATTEMPTS, MAX_ATTEMPTS, what="attempts")
 priority = whole_number(-100, 100, what="a priority")
 
 
