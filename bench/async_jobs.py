@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.baseline import _children, _memory_kb  # noqa: E402
+from bench.baseline import _memory_kb  # noqa: E402
 from bench.throughput import (  # noqa: E402
     check_exactly_once,
     log,
@@ -32,6 +32,24 @@ from bench.throughput import (  # noqa: E402
     setup_django,
     worker_env,
 )
+
+
+def descendants(pid) -> list[int]:
+    """Every process below `pid`, from one pass over /proc (no subprocess per sample)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
 
 
 def drain(url, task, n, argument, *worker_args):
@@ -50,7 +68,7 @@ def drain(url, task, n, argument, *worker_args):
     def sample():
         while proc.poll() is None:
             total = 0
-            for pid in [proc.pid, *_children(proc.pid)]:
+            for pid in [proc.pid, *descendants(proc.pid)]:
                 try:
                     total += _memory_kb(pid)[0]
                 except OSError:
@@ -102,7 +120,8 @@ def main():
     args = parser.parse_args()
     url = scratch_database(args.db)
     setup_django(url)
-    from bench.peers.jobsite_tasks import await_ms, http_get, sleep_ms
+    from bench.peers.jobsite_http_tasks import http_get
+    from bench.peers.jobsite_tasks import await_ms, sleep_ms
 
     log(f"== {args.db}: every job waits {args.ms} ms")
     coroutines = ("--concurrency", "2", "--async-concurrency", str(args.async_concurrency))
