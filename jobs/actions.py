@@ -14,7 +14,7 @@ from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from . import db, payload
+from . import db, moments, payload, workflows
 from .errors import JobCancelled
 from .models import AuditEntry, Job
 from .retry import MAX_ATTEMPTS
@@ -103,11 +103,13 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
             if refused is None:
                 raise
             return refused
+        rearmed = workflows.rearm(job_id) if changed else []
         return _answer(
             job_id,
             "retry",
             changed,
-            done="job put back in line",
+            done="job put back in line"
+            + (f"; {len(rearmed)} jobs after it wait again" if rearmed else ""),
             refused_in=RETRYABLE,
             refusal=f"job used all {MAX_ATTEMPTS} attempts; rerun it instead",
             audit={"user": user, "source": source, "record": record},
@@ -260,6 +262,7 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
         return ActionResult(False, "no such job")
     now = timezone.now()
     with transaction.atomic():
+        moments.repair_stored(job_id)  # the answer reads the job back
         changed = Job.objects.filter(id=job_id, state__in=CANCELLABLE).update(
             state=JobState.CANCELLED,
             finished_at=now,
@@ -319,6 +322,7 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
     if job_id is None:
         return ActionResult(False, "no such job")
     with transaction.atomic():
+        moments.repair_stored(job_id)  # deleting reads the job and the rows pointing at it
         # A guarded no-op write first: it locks the row (PostgreSQL) or the database (SQLite), so
         # the state cannot change between this check and the delete.
         held = Job.objects.filter(id=job_id, state__in=DISCARDABLE).update(

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import db, payload, retry
+from . import db, moments, payload, retry, tracing
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -89,6 +89,10 @@ class JobsBackend(BaseTaskBackend):
                 raise InvalidTask("not_after must be a datetime")
             if settings.USE_TZ and timezone.is_naive(task.not_after):
                 raise InvalidTask("not_after must be an aware datetime.")
+        for name in ("run_after", "not_after"):
+            value = getattr(task, name)
+            if isinstance(value, datetime) and (why := moments.refusal(name, value)):
+                raise InvalidTask(why)
         if task.dedup_key is not None and (
             not isinstance(task.dedup_key, str)
             or not 0 < len(task.dedup_key) <= 255
@@ -136,14 +140,20 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         row = self._row(task, args, kwargs)
         after = getattr(task, "after", None)
-        if after is None:
-            self._insert(row)  # one statement: atomic by itself
-        else:
-            with transaction.atomic():
-                row["parent_id"], row["state"] = self._continuation_state(after)
-                self._insert(row)
-                if row["state"] == JobState.CANCELLED:
-                    db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
+        with tracing.enqueue_span(row):
+            if after is None:
+                self._insert(row)  # one statement: atomic by itself
+            else:
+                with transaction.atomic():
+                    row["parent_id"], row["state"] = self._continuation_state(after)
+                    if row["state"] == JobState.SCHEDULED:
+                        row["waiting_for"] = 1
+                    self._insert(row)
+                    if row["state"] == JobState.SCHEDULED:
+                        # The one-parent case of a workflow's edges (jobs.db: "run after").
+                        db.link([(row["id"], row["parent_id"])])
+                    if row["state"] == JobState.CANCELLED:
+                        db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
         if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
             task_enqueued.send(type(self), task_result=result)
@@ -160,7 +170,8 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
         template = self._row(task, (), {})
         batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
-        db.insert_job_batch(template, batch)
+        with tracing.enqueue_span(template, count=len(batch)):
+            db.insert_job_batch(template, batch)
         ids = [job_id for job_id, _, _ in batch]
         if self.eager:
             from .eager import run_inline

@@ -23,7 +23,7 @@ import time
 from .errors import JobCancelled, JobTimeout
 from .errortext import for_log
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 IDLE = -1.0
 # Header of the status array: [seq of slot 0, start of slot 0, leases hold until,
@@ -277,7 +277,7 @@ async def run_coroutine(claimed, worker_id, control):
     JobCancelled. Steps that may use the database run in Django's sync thread."""
     from asgiref.sync import sync_to_async
 
-    from .compat import reaches_anyone, task_finished, task_started
+    from .compat import reaches_anyone, task_started
     from .outcome import Ran
     from .runner import prepare
 
@@ -309,12 +309,11 @@ async def run_coroutine(claimed, worker_id, control):
         except BaseException as exc:
             ran = await sync_to_async(attempt.failed)(exc)
         else:
-            if reaches_anyone(task_finished, attempt.sender, logging.INFO):
-                ran = await sync_to_async(attempt.ended)(value)
-            else:
-                ran = attempt.ended(value)
-        if ran.kind == "error":
-            return await sync_to_async(attempt.announce)(ran)
+            ran = attempt.ended(value)
+        if attempt.report is not None:  # its writes use the database: not on the loop
+            await sync_to_async(attempt.close)()
+        if attempt.announces(ran):
+            await sync_to_async(attempt.announce)(ran)
         return ran
     except BaseException as exc:
         return attempt.broke(exc)

@@ -37,7 +37,7 @@ from .executor_loop import (
     started_jobs,
 )
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 # How often the child checks that its worker is alive and its job's lease still holds.
 WATCH_INTERVAL = 0.05
@@ -519,6 +519,9 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         django.setup()
     from django.db import connections
 
+    from .reports import start_live_writer
+
+    start_live_writer()
     executor = ExecutorLoop(
         conn,
         status,

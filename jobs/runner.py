@@ -15,6 +15,7 @@ from .db import Claimed
 from .errors import PoisonJob, ResultTooLarge, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
+from .reports import AttemptReport
 from .states import DeadLetterReason
 from .tasks import JobContext, load_task
 
@@ -68,6 +69,7 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
             ran = attempt.failed(exc)
         else:
             ran = attempt.ended(value)
+        attempt.close()
         return attempt.announce(ran)
     except BaseException as exc:  # a signal receiver failed, or describing a failure did
         return attempt.broke(exc)
@@ -127,14 +129,17 @@ def _finished(result, status, finished, **extra):
 
 class Attempt:
     """One attempt of a task, in steps around the call itself: `begin` gives the call's
-    positional arguments, then `failed(exc)` or `ended(value)` gives the `Ran`. A sync task is
-    called in between by `run_attempt`, a coroutine awaited by the executor's event loop."""
+    positional arguments, then `failed(exc)` or `ended(value)` gives the `Ran`, `close` writes
+    what the attempt reported, and `announce` sends task_finished. A sync task is called in
+    between by `run_attempt`, a coroutine awaited by the executor's event loop."""
 
     def __init__(self, claimed, task, args, kwargs, started, worker_id):
         self.claimed, self.task, self.args, self.kwargs = claimed, task, args, kwargs
         self.started, self.worker_id = started, worker_id
         self.sender = type(task.get_backend())
         self.result = None
+        self.report = None  # where a task with a context reports progress and log lines
+        self.value = None
 
     def begin(self) -> list:
         claimed, task = self.claimed, self.task
@@ -145,11 +150,14 @@ class Attempt:
             task_started.send(sender=self.sender, task_result=self.result)
         if not task.takes_context:
             return self.args
+        self.report = AttemptReport(claimed.id, claimed.lease_id, claimed.attempt)
         context = JobContext(
             task_result=self.result,
             attempt=claimed.attempt,
             max_attempts=claimed.max_attempts,
             job_id=str(claimed.id),
+            logger=self.report.logger,
+            report=self.report,
         )
         return [context, *self.args]
 
@@ -177,7 +185,7 @@ class Attempt:
                     claimed, task, worker_id=self.worker_id, error=(error_type, text)
                 ),
             )
-        failure = Ran(
+        return Ran(
             claimed.id,
             "error",
             error_type=error_type,
@@ -188,17 +196,6 @@ class Attempt:
             started_at=self.started,
             finished_at=finished,
         )
-        return failure
-
-    def announce(self, ran: Ran) -> Ran:
-        """Send task_finished for a failed attempt. Sent outside the except block: the
-        framework's own log receiver then has no exception to print in full (uncapped, across
-        many lines); the engine records and logs it."""
-        if ran.kind == "error" and reaches_anyone(task_finished, self.sender, logging.ERROR):
-            result = self.result or self._task_result()
-            _finished(result, TaskResultStatus.FAILED, ran.finished_at)
-            task_finished.send(sender=self.sender, task_result=result)
-        return ran
 
     def ended(self, value) -> Ran:
         """The task returned `value` (a value that cannot be stored fails the attempt)."""
@@ -211,18 +208,39 @@ class Attempt:
                 )
         except BaseException as exc:
             return self.failed(exc)
-        finished = now()
-        if reaches_anyone(task_finished, self.sender, logging.INFO):
-            result = self.result or self._task_result()
-            _finished(result, TaskResultStatus.SUCCESSFUL, finished, _return_value=value)
-            task_finished.send(sender=self.sender, task_result=result)
+        self.value = value
         return Ran(
             self.claimed.id,
             "ok",
             return_json=return_json,
             started_at=self.started,
-            finished_at=finished,
+            finished_at=now(),
         )
+
+    def close(self):
+        """Write what the attempt reported, before its outcome goes back."""
+        if self.report is not None:
+            self.report.close()
+
+    def announces(self, ran: Ran) -> bool:
+        """Whether `announce` would send anything (most projects: no)."""
+        level = logging.ERROR if ran.kind == "error" else logging.INFO
+        return reaches_anyone(task_finished, self.sender, level)
+
+    def announce(self, ran: Ran) -> Ran:
+        """Send task_finished. Sent outside the except block: the framework's own log receiver
+        then has no exception to print in full (uncapped, across many lines); the engine
+        records and logs it."""
+        if not self.announces(ran):
+            return ran
+        result = self.result or self._task_result()
+        if ran.kind == "error":
+            _finished(result, TaskResultStatus.FAILED, ran.finished_at)
+        else:
+            value = self.value
+            _finished(result, TaskResultStatus.SUCCESSFUL, ran.finished_at, _return_value=value)
+        task_finished.send(sender=self.sender, task_result=result)
+        return ran
 
     def broke(self, exc: BaseException) -> Ran:
         """A signal receiver failed, or describing a failure did: no retry can help."""

@@ -129,6 +129,13 @@ def database_from_environment():
         config["TEST"] = {"NAME": f"/tmp/jobsite-test-{os.getpid()}.sqlite3"}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {"application_name": "jobsite"}
+        pool_size = int(os.environ.get("JOBSITE_DB_POOL", 0) or 0)
+        if pool_size > 0:
+            # Django's own pool (psycopg_pool), up to JOBSITE_DB_POOL connections per process;
+            # a pooled connection goes back to the pool at each request's end instead of
+            # staying open, so the pool replaces CONN_MAX_AGE.
+            config["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+            config["CONN_MAX_AGE"] = 0
         config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return config
 
@@ -174,6 +181,8 @@ TASKS = {
             "CANCEL_GRACE_SECONDS": float(os.environ.get("JOBSITE_CANCEL_GRACE_SECONDS", 10)),
             "SCHEDULES": demo_schedules(),
             "SCHEDULE_GRACE_SECONDS": float(os.environ.get("JOBSITE_SCHEDULE_GRACE_SECONDS", 10)),
+            # A direct connection for the worker's wake-ups when DATABASE_URL names a pooler.
+            "LISTEN_DATABASE_URL": os.environ.get("JOBSITE_LISTEN_DATABASE_URL") or None,
         },
     }
 }
@@ -272,6 +281,10 @@ LOGGING = {
             "level": os.environ.get("JOBSITE_LOG_LEVEL", "INFO"),
             "propagate": False,
         },
+        # A 500's traceback, to the same stream as the worker's lines (standard error). Django's
+        # own handlers print these only with DEBUG on.
+        "django.request": {"handlers": ["worker"], "level": "ERROR", "propagate": False},
+        "dashboard": {"handlers": ["worker"], "level": "WARNING", "propagate": False},
         "django.tasks": {"level": "WARNING"},
         "django_tasks": {"level": "WARNING"},
     },

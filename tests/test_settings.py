@@ -185,6 +185,41 @@ def test_without_the_proxy_setting_a_client_cannot_claim_https(client):
     assert response.status_code == 301
 
 
+SERVE_ONE_FAILING_REQUEST = """
+import django
+django.setup()
+from django.test import Client
+response = Client(raise_request_exception=False).post("/login/", {"username": "a", "password": "b"})
+print(response.status_code)
+"""
+
+
+def test_with_debug_off_a_500_is_logged_with_its_traceback_where_the_worker_logs(
+    subprocess_env, tmp_path
+):
+    # A database without tables: the login's throttling query fails, so the request answers 500.
+    env = {
+        **subprocess_env,
+        "DJANGO_SETTINGS_MODULE": "jobsite.settings",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_ALLOWED_HOSTS": "testserver",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE_ONE_FAILING_REQUEST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert proc.stdout.strip() == "500", proc.stderr
+    assert "ERROR   Internal Server Error: /login/" in proc.stderr
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "no such table" in proc.stderr
+
+
 def test_sqlite_without_immediate_transactions_is_a_check_warning_saying_what_to_set():
     from jobs.checks import sqlite_warnings
 

@@ -27,6 +27,7 @@ from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
     COUNTER,
+    DEPENDENCY,
     JOB,
     Engine,
     applied_as,
@@ -255,31 +256,56 @@ class SQLiteEngine(Engine):
                 self._insert(cursor, rows)
             self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
 
-    def _insert(self, cursor, rows: list[dict]) -> None:
+    def insert_jobs(self, rows: list[dict]) -> None:
+        if not rows:
+            return
         inserted = job_inserted()
-        values, params = [], []
-        for row in rows:
-            placeholders = []
-            for column in inserted:
-                value = insert_value(column, row)
-                if column.name == FINISHED_AT:
-                    placeholders.append(f"CASE WHEN %s THEN {self.now} ELSE NULL END")
-                    params.append(self.finished_at_value(column, row))
-                elif column.defaults_to_now:
-                    placeholders.append(f"COALESCE(%s, {self.now})")
-                    params.append(self.time_value(value))
-                else:
-                    placeholders.append("%s")
-                    params.append(
-                        self.uuid_value(value)
-                        if column.is_uuid
-                        else self.time_value(value)
-                        if column.is_time
-                        else value
-                    )
-            values.append("(" + ", ".join(placeholders) + ")")
         names = ", ".join(c.name for c in inserted)
-        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join(values)}", params)
+        sql = f"INSERT INTO {JOB} ({names}) VALUES ({self._placeholders()})".replace("%s", "?")
+        with transaction.atomic():
+            with raw_cursor() as raw:
+                raw.executemany(sql, [self._params(row) for row in rows])
+            self.add_counters({"jobs_enqueued": len(rows)})
+
+    def link(self, edges, *, cursor=None) -> None:
+        if not edges:
+            return
+        values = [(self.uuid_value(d), self.uuid_value(u)) for d, u in edges]
+        with raw_cursor() as raw:
+            raw.executemany(
+                f"INSERT INTO {DEPENDENCY} (downstream_id, upstream_id) VALUES (?, ?)", values
+            )
+
+    def _placeholders(self) -> str:
+        """One row's placeholders for job_inserted(), in order (params: `_params`)."""
+        return ", ".join(
+            f"CASE WHEN %s THEN {self.now} ELSE NULL END"
+            if column.name == FINISHED_AT
+            else f"COALESCE(%s, {self.now})"
+            if column.defaults_to_now
+            else "%s"
+            for column in job_inserted()
+        )
+
+    def _params(self, row: dict) -> list:
+        params = []
+        for column in job_inserted():
+            value = insert_value(column, row)
+            if column.name == FINISHED_AT:
+                params.append(self.finished_at_value(column, row))
+            elif column.is_uuid:
+                params.append(self.uuid_value(value))
+            elif column.is_time:
+                params.append(self.time_value(value))
+            else:
+                params.append(value)
+        return params
+
+    def _insert(self, cursor, rows: list[dict]) -> None:
+        names = ", ".join(c.name for c in job_inserted())
+        row = f"({self._placeholders()})"
+        params = [p for r in rows for p in self._params(r)]
+        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join([row] * len(rows))}", params)
 
     # --- finish -------------------------------------------------------------------------------
 

@@ -47,7 +47,12 @@ def moment(value):
     relative = RELATIVE.match(value.strip())
     if relative:
         amount, unit = relative.groups()
-        return timezone.now() + timedelta(seconds=float(amount) * UNIT_SECONDS[unit])
+        try:
+            return timezone.now() + timedelta(seconds=float(amount) * UNIT_SECONDS[unit])
+        except OverflowError:
+            raise argparse.ArgumentTypeError(
+                f"--run-after {value} is too far ahead (past the year 9999)"
+            ) from None
     try:
         parsed = parse_datetime(value.strip())
     except ValueError:
