@@ -33,6 +33,7 @@ DEAD_LETTER_WINDOW = 2_000
 DEAD_LETTER_SEARCH_WINDOW = 500
 QUEUE_SAMPLE = 1_000
 MAX_RUNNING_SHOWN = 500
+RUNNING_SHOWN_PER_WORKER = 10
 LINEAGE_DEPTH = 20
 
 
@@ -440,7 +441,18 @@ class WorkerRow:
     # "online", "lost" (no heartbeat within the lease) or "stopped".
     status: str
     heartbeat_age: timedelta
-    running: list
+    running: list  # the first RUNNING_SHOWN_PER_WORKER of its running jobs
+    running_count: int = 0
+    # Free executors for a sync job and free coroutine slots at its last heartbeat (None:
+    # not reported), each with the worker's total.
+    free_sync: int | None = None
+    sync_total: int = 0
+    free_async: int | None = None
+    async_total: int = 0
+
+    @property
+    def running_more(self) -> int:
+        return self.running_count - len(self.running)
 
 
 # What the workers page shows of each running job (its progress bar included).
@@ -468,10 +480,23 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
             node=node,
             status=_worker_status(node, now, lease),
             heartbeat_age=now - node.last_heartbeat_at,
-            running=running.get(node.id, []),
+            running=running.get(node.id, [])[:RUNNING_SHOWN_PER_WORKER],
+            running_count=len(running.get(node.id, [])),
+            **_slots(node),
         )
         for node in nodes
     ]
+
+
+def _slots(node: WorkerNode) -> dict:
+    if node.stopped_at:
+        return {}
+    return {
+        "free_sync": node.free_sync_slots,
+        "sync_total": node.concurrency,
+        "free_async": node.free_async_slots,
+        "async_total": node.concurrency * node.async_concurrency,
+    }
 
 
 def _worker_status(node: WorkerNode, now: datetime, lease: timedelta) -> str:

@@ -297,6 +297,12 @@ class WorkerNode(models.Model):
     pid = models.PositiveIntegerField()
     queues = models.JSONField(default=list, blank=True)
     concurrency = models.PositiveIntegerField(default=1)
+    # Coroutines of async def tasks each of its executors runs at once.
+    async_concurrency = models.PositiveIntegerField(default=1)
+    # At its last heartbeat: executors free for a sync job, and free coroutine slots (an idle
+    # executor counts in both); null before its first report.
+    free_sync_slots = models.PositiveIntegerField(null=True, blank=True)
+    free_async_slots = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     last_heartbeat_at = models.DateTimeField(default=timezone.now)
     stopped_at = models.DateTimeField(null=True, blank=True)

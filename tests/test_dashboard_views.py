@@ -672,6 +672,27 @@ def test_workers_page_shows_heartbeat_age_lost_workers_and_what_they_run(viewer_
     assert "1 lost" in overview
 
 
+@pytest.mark.django_db
+def test_workers_page_shows_free_sync_and_async_slots_and_counts_many_running_jobs(
+    viewer_client,
+):
+    WorkerNode.objects.create(
+        id="io:1:a",
+        hostname="io",
+        pid=1,
+        concurrency=2,
+        async_concurrency=20,
+        free_sync_slots=0,
+        free_async_slots=25,
+    )
+    for _ in range(15):
+        make_job(JobState.RUNNING, worker_id="io:1:a", task_path="tests.tasks.awaits")
+    html = viewer_client.get("/workers/").content.decode()
+    assert "0 of 2 sync" in html and "25 of 40 async" in html
+    assert "15 running" in html and "and 5 more" in html
+    assert html.count('class="job-link"') == 10
+
+
 # Safety of the output.
 
 
