@@ -30,7 +30,9 @@ urlpatterns = [
     path("schedules/<str:name>/resume/", schedule_views.resume, name="schedule_resume"),
     path("schedules/<str:name>/trigger/", schedule_views.trigger, name="schedule_trigger"),
     path("tasks/", views.task_list, name="tasks"),
-    path("tasks/<path:task_path>/", views.task_detail, name="task"),
+    # Any stored task path reverses, newlines and all: a row written by raw SQL or another
+    # tool must not take the page listing it down.
+    re_path(r"^tasks/(?P<task_path>[\s\S]+)/$", views.task_detail, name="task"),
     path("no-access/", views.no_access, name="no_access"),
 ]
 urlpatterns += [

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import db
+from . import db, moments
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -29,6 +29,9 @@ def run_due(worker_id: str, *, round: int) -> None:
     recover_expired_leases(worker_id)
     db.expire_not_after()
     db.settle_orphaned_continuations()
+    if round == 1:
+        # Rows written before times were checked at enqueue; none can be written since.
+        moments.repair_stored()
     if round % SLOW_CHORES_EVERY == 1:
         db.compact_counters()
         forget_lost_nodes()

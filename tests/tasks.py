@@ -269,3 +269,8 @@ def broken_backoff(exception, task_result):
 @task(backoff=broken_backoff, max_attempts=3)
 def fails_with_broken_backoff(key):
     raise ValueError(key)
+
+
+@task(backoff=NO_WAIT)
+def returns_text(size):
+    return "r" * size
