@@ -6,7 +6,7 @@ project mounts them at the root.
 
 from django.urls import include, path, re_path
 
-from . import schedule_views, views
+from . import schedule_views, views, workflow_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -29,6 +29,18 @@ urlpatterns = [
     path("schedules/<str:name>/pause/", schedule_views.pause, name="schedule_pause"),
     path("schedules/<str:name>/resume/", schedule_views.resume, name="schedule_resume"),
     path("schedules/<str:name>/trigger/", schedule_views.trigger, name="schedule_trigger"),
+    path("workflows/", workflow_views.workflow_list, name="workflows"),
+    path("workflows/<uuid:workflow_id>/", workflow_views.workflow_detail, name="workflow"),
+    path(
+        "workflows/<uuid:workflow_id>/cancel/",
+        workflow_views.cancel,
+        name="workflow_cancel",
+    ),
+    path(
+        "workflows/<uuid:workflow_id>/retry-failed/",
+        workflow_views.retry_failed,
+        name="workflow_retry_failed",
+    ),
     path("tasks/", views.task_list, name="tasks"),
     # Any stored task path reverses, newlines and all: a row written by raw SQL or another
     # tool must not take the page listing it down.
