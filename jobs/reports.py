@@ -26,7 +26,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from . import attempt_log
 from .db import reports as db_reports
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 1.0
 MAX_MESSAGE_CHARS = 1000
