@@ -7,6 +7,7 @@ urlpatterns = [
     path("jobs", api.job_list, name="job-list"),
     path("jobs/bulk", api.bulk_action, name="job-bulk"),
     path("jobs/<str:job_id>", api.job_detail, name="job-detail"),
+    path("jobs/<str:job_id>/logs", api.job_logs, name="job-logs"),
     path("jobs/<str:job_id>/retry", api.retry, name="job-retry"),
     path("jobs/<str:job_id>/rerun", api.rerun, name="job-rerun"),
     path("jobs/<str:job_id>/cancel", api.cancel, name="job-cancel"),

@@ -60,6 +60,23 @@ JOB = {
         "cancel_requested_at": _nullable(
             {**TIME, "description": "Extension: when a cancel of the running job was asked."}
         ),
+        "progress": _nullable(
+            {
+                **_every_property_required(
+                    {
+                        "done": {"type": "number", "minimum": 0},
+                        "total": _nullable({"type": "number", "minimum": 0}),
+                        "message": {"type": "string"},
+                        "updated_at": TIME,
+                    }
+                ),
+                "description": (
+                    "What the task last reported with context.progress(done, total, message), "
+                    "written at most once a second while it runs and always at its end; null "
+                    "when it never reported any."
+                ),
+            }
+        ),
         "schedule": _nullable({"type": "string", "description": "The schedule that made it."}),
         "scheduled_at": _nullable(
             {**TIME, "description": "Its schedule's fire time; null for a run now."}
@@ -143,6 +160,30 @@ ATTEMPT = _every_property_required(
     }
 )
 
+LOG_LINE = _every_property_required(
+    {
+        "time": TIME,
+        "level": {
+            "type": "string",
+            "description": "The logging level's name; CUT for the line marking a cut.",
+        },
+        "message": {"type": "string"},
+    }
+)
+JOB_LOG = _every_property_required(
+    {
+        "job_id": UUID,
+        "attempt": {"type": "integer", "minimum": 1},
+        "running": {"type": "boolean", "description": "Whether the attempt is still running."},
+        "cut": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Lines logged but not kept (0 when every line was kept).",
+        },
+        "lines": {"type": "array", "items": LOG_LINE, "maxItems": 1001},
+    }
+)
+
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
 
 SCHEMAS = {
@@ -170,6 +211,7 @@ SCHEMAS = {
         "properties": {"results": {"type": "array", "items": _ref("Schedule")}},
     },
     "Attempt": ATTEMPT,
+    "JobLog": JOB_LOG,
     "JobDetail": {
         "allOf": [
             _ref("Job"),
@@ -498,6 +540,31 @@ def document(base: str = "/api/v1") -> dict:
                         "200": _json("The job.", "JobDetail"),
                         **ERRORS,
                         **NOT_FOUND,
+                    },
+                }
+            },
+            "/jobs/{job_id}/logs": {
+                "get": {
+                    "summary": "The lines a job's attempt logged through context.logger",
+                    "description": (
+                        "An attempt keeps at most 1,000 lines and 256 KB: its first and its "
+                        "last lines, a line of level CUT where the rest were cut. Lines are "
+                        "written about once a second while the attempt runs."
+                    ),
+                    "parameters": [
+                        JOB_ID,
+                        {
+                            "name": "attempt",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1},
+                            "description": "The attempt's number; the latest when not given.",
+                        },
+                    ],
+                    "responses": {
+                        "200": _json("The attempt's lines, oldest first.", "JobLog"),
+                        **ERRORS,
+                        "404": _json("No job has this id, or it has no such attempt.", "Error"),
                     },
                 }
             },

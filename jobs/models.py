@@ -103,6 +103,9 @@ class Job(models.Model):
     # Set on jobs a schedule made: its name, and the fire time (null for a "run now").
     schedule = models.CharField(max_length=100, null=True, blank=True)
     scheduled_at = models.DateTimeField(null=True, blank=True)
+    # The last progress a running attempt reported (jobs.reports): {"done", "total", "message",
+    # "updated_at", "attempt"}; null until one is reported.
+    progress = models.JSONField(null=True, blank=True)
     # The workflow or batch this job is a node of (jobs.workflows); null for a lone job.
     workflow_id = models.UUIDField(null=True, blank=True)
     # The node's name in its workflow (context.upstream's keys); "" outside a workflow.
@@ -253,6 +256,31 @@ class Attempt(models.Model):
         if self.started_at and self.finished_at:
             return self.finished_at - self.started_at
         return None
+
+
+class LogLine(models.Model):
+    """A line a task logged through `context.logger` during an attempt (see jobs.attempt_log).
+
+    An attempt keeps its first and its last lines; `seq` numbers every line it logged, so a gap
+    between two kept lines is where lines were cut, and how many.
+    """
+
+    # Looked up through the (job, attempt, seq) unique index; no second index on job alone.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines", db_index=False)
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    logged_at = models.DateTimeField()
+    level = models.CharField(max_length=32)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["job", "attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="logline_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.job_id} attempt {self.attempt} #{self.seq} {self.level}: {self.message}"
 
 
 class WorkerNodeQuerySet(models.QuerySet):

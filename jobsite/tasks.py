@@ -72,9 +72,11 @@ def import_catalogue(context, supplier, seconds=180):
             context.logger.info("import from %s cancelled after %.0f s", supplier, elapsed)
             return {"supplier": supplier, "imported": step * 50, "complete": False}
         step += 1
+        context.progress(int(elapsed), seconds, f"{step * 50:,} products from {supplier}")
         if step % 10 == 0:
             context.logger.info("import from %s: %s products so far", supplier, step * 50)
         time.sleep(1)
+    context.progress(seconds, seconds, f"{step * 50:,} products from {supplier}: done")
     return {"supplier": supplier, "imported": step * 50, "complete": True}
 
 

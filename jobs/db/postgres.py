@@ -145,7 +145,7 @@ class PostgresEngine(Engine):
         statistics taken before the table held due jobs (a new installation's first burst, any
         bulk load, a server running without autovacuum) the planner believes a handful of rows
         are due, reads every due row through a bitmap instead and sorts them all, on every
-        claim: 6.5 ms instead of 0.25 ms at 20,000 due jobs, growing with the backlog. The
+        claim, a cost growing with the backlog (bench/README.md, "claims and plans"). The
         worker's other statements read rows by key or through small partial indexes, where a
         bitmap scan gains nothing (pruning runs in its own command, not in the worker).
 

@@ -58,7 +58,7 @@ ATTEMPT_VALUES = (
 def _padded(rows: int) -> int:
     """A batch of outcomes is padded with rows of NULLs (they match no job) up to a power of
     two: a handful of statement texts, each prepared once and kept in sqlite3's statement
-    cache, instead of one text per batch size (preparing costs ~1.3 µs per row)."""
+    cache, instead of one text per batch size (preparing costs about as much as running)."""
     return 1 << (rows - 1).bit_length()
 
 
@@ -74,8 +74,8 @@ def _sqlite_after(seconds) -> str:
 def _register_sqlite_clock(sender, connection, **kwargs):
     if connection.vendor == "sqlite":
         # Deterministic: SQLite then reads the clock once per run of a statement, not once per
-        # row (one value per statement, as PostgreSQL's now() is one per transaction); a claim
-        # of 200 jobs over 1,000 pending ones called back into Python 1,400 times.
+        # row (one value per statement, as PostgreSQL's now() is one per transaction), instead
+        # of calling back into Python for every row a claim reads.
         connection.connection.create_function("jobsite_now", 0, _sqlite_now, deterministic=True)
         connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
         _share_the_file(connection.connection)
@@ -149,8 +149,8 @@ class SQLiteEngine(Engine):
 
     def claim_source(self, shape):
         # Without statistics the planner reads the claimable rows by `state` from a console
-        # index and sorts all of them on every claim (21 ms per claim over 10,000 pending jobs,
-        # growing with the backlog). The claim indexes (jobs.models) are already in claim
+        # index and sorts all of them on every claim, a cost growing with the backlog
+        # (bench/README.md, "SQLite claims"). The claim indexes (jobs.models) are already in claim
         # order: the claim reads LIMIT rows from one and stops.
         index = "job_claimable_queue" if shape else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
