@@ -9,7 +9,6 @@ when they succeed, or, for a node added with `on_upstream_failure="run"`, when t
 """
 
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -59,7 +58,7 @@ class Workflow:
         self.name = name
         self.nodes: list[Node] = []
         self.id: uuid.UUID | None = None
-        self._names: Counter = Counter()
+        self._names: set[str] = set()
 
     def add(self, task, *args, after=(), name=None, on_upstream_failure="cancel", **kwargs):
         """A node running `task(*args, **kwargs)` once every node of `after` succeeded."""
@@ -91,7 +90,7 @@ class Workflow:
                 raise ValueError(f"a node's name is 1 to 100 characters, not {name!r}")
             if name in self._names:
                 raise ValueError(f"this workflow already has a node named {name!r}")
-            self._names[name] += 1
+            self._names.add(name)
             return name
         base = getattr(task, "name", None) or task.module_path.rsplit(".", 1)[-1]
         base = base[:90]
@@ -99,7 +98,7 @@ class Workflow:
         while candidate in self._names:
             n += 1
             candidate = f"{base}-{n}"
-        self._names[candidate] += 1
+        self._names.add(candidate)
         return candidate
 
     def enqueue(self) -> str:
@@ -108,7 +107,8 @@ class Workflow:
             raise ValueError("this workflow was already enqueued")
         nodes = self._all_nodes()
         _check_acyclic(nodes)
-        rows = [_row(node) for node in nodes]
+        checked: set[int] = set()
+        rows = [_row(node, checked) for node in nodes]
         workflow_id = uuid.uuid4()
         for row in rows:
             row["workflow_id"] = workflow_id
@@ -185,14 +185,17 @@ class Batch(Workflow):
         return members + callbacks
 
 
-def _row(node: Node) -> dict:
+def _row(node: Node, checked: set) -> dict:
+    """The node's job row; each distinct task is checked once (`checked`: their ids)."""
     task = node.task
-    try:
-        load_task(task.module_path)
-    except (ImportError, TypeError) as e:
-        raise ValueError(f"unknown task {task.module_path!r}: {e}") from None
     backend = task.get_backend()
-    backend.validate_task(task)
+    if id(task) not in checked:
+        try:
+            load_task(task.module_path)
+        except (ImportError, TypeError) as e:
+            raise ValueError(f"unknown task {task.module_path!r}: {e}") from None
+        backend.validate_task(task)
+        checked.add(id(task))
     row = backend._row(task, node.args, node.kwargs)
     node.job_id = row["id"]
     row["node_name"] = node.name
