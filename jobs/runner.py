@@ -12,7 +12,7 @@ import logging
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, Unrecoverable
+from .errors import PoisonJob, Snooze, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
 from .states import DeadLetterReason
@@ -121,6 +121,10 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
         else:
             value = task.call(*args, **kwargs)
         return_json = payload.dumps(payload.check_json(value, "return value"))
+    except Snooze as snooze:
+        return Ran(
+            claimed.id, "snoozed", delay=snooze.seconds, started_at=started, finished_at=now()
+        )
     except BaseException as exc:
         # Executors ignore SIGINT and SIGTERM, so even KeyboardInterrupt and SystemExit come
         # from the task itself: they fail this attempt like any other exception.

@@ -32,6 +32,7 @@ from . import outcome as oc
 from .compat import task_backends
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
+from .limits import LimitsCache
 from .models import Job, WorkerNode
 from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
 from .states import AttemptOutcome, JobState
@@ -153,6 +154,8 @@ class Worker:
         self.backend = task_backends[backend_alias]
         self.worker_id = config.worker_id or default_worker_id()
         self.held: dict[uuid.UUID, Held] = {}
+        # The flow-control limits in force, re-read every few seconds.
+        self.limits = LimitsCache(backend_alias)
         self.finishes: list = []  # db.Finish waiting to be written
         self.claimed_total = 0
         self.processed_total = 0
@@ -350,6 +353,7 @@ class Worker:
             queues=self.config.queues or None,
             limit=limit,
             lease_seconds=self.config.lease_seconds,
+            limits=self.limits,
         )
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later
@@ -605,6 +609,8 @@ class Worker:
             )
         elif f.state == JobState.CANCELLED:
             logger.warning("job %s (%s) cancelled while running", f.job_id, path)
+        elif f.state == JobState.PENDING and f.snoozed:
+            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay)
         elif f.state == JobState.PENDING:
             logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path)
 

@@ -269,3 +269,15 @@ def broken_backoff(exception, task_result):
 @task(backoff=broken_backoff, max_attempts=3)
 def fails_with_broken_backoff(key):
     raise ValueError(key)
+
+
+@task(backoff=NO_WAIT, max_attempts=3, takes_context=True)
+def snoozes_then_fails(context, key, times):
+    """Snoozes (for no time) until its job has snoozed `times` times, then fails each attempt."""
+    from jobs.errors import Snooze
+    from jobs.models import Job
+
+    _ledger(key)
+    if Job.objects.get(id=context.job_id).snoozes < times:
+        raise Snooze(0)
+    raise ValueError(f"{key} failed on attempt {context.attempt}")

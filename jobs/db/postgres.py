@@ -90,6 +90,7 @@ FINISH_FIELDS = (
     ("error_traceback", "text"),
     ("only_if_expired", "int"),
     ("raise_max", "int"),
+    ("snoozed", "int"),
     ("outcome", "text"),
     ("worker_id", "text"),
     ("started_at", "timestamptz"),
@@ -120,6 +121,25 @@ class PostgresEngine(Engine):
 
     def notify(self, cursor):
         cursor.execute(NOTIFY)
+
+    def in_list(self, column):
+        return f"{column} = ANY(%s)"
+
+    def list_value(self, values):
+        return list(values)
+
+    def lock_budgets(self, cursor, budget_ids):
+        """Transaction-scoped advisory locks, tried (never waited for): a budget another claim
+        holds right now is left to it. Nothing outlives the transaction (poolers in
+        transaction mode keep working)."""
+        from .limited import LOCK_SPACE, lock_key
+
+        keys = {lock_key(i): i for i in budget_ids}
+        cursor.execute(
+            "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
+            [list(keys), LOCK_SPACE],
+        )
+        return {keys[k] for (k,) in cursor.fetchall()}
 
     def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds):
         """A worker's connection. A stalled worker must not hold locks longer than a lease, nor
@@ -324,9 +344,10 @@ class PostgresEngine(Engine):
     ),
     upd AS (
         UPDATE {JOB} SET {self.set_outcome_sql(running="v.running")}
-        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+        RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes AS number, {JOB}.started_at,
+                  {JOB}.state
     ),
-    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at,
+    done AS (SELECT v.*, upd.number, upd.started_at AS claimed_at,
                     upd.state AS final_state,
                     CASE WHEN upd.state = {cancelled} AND v.new_state <> {cancelled}
                          THEN '{AttemptOutcome.CANCELLED}' ELSE v.outcome END AS attempt_outcome

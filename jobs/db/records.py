@@ -27,6 +27,8 @@ class Claimed:
     enqueued_at: datetime | None = None
     # A per-call backoff policy (jobs.retry.policy_to_json); None: the task's own.
     backoff: dict | None = None
+    # Attempts given back by Snooze (attempt rows are numbered attempt + snoozes).
+    snoozes: int = 0
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
@@ -54,6 +56,8 @@ class Finish:
     only_if_expired: bool = False
     # Set for an attempt handed back at shutdown when it was the last allowed one.
     raise_max_attempts: bool = False
+    # The task snoozed: its attempt is given back and counted in the job's snoozes.
+    snoozed: bool = False
 
     def values(self) -> tuple:
         """The outcome as both engines' finish statements take it (OUTCOME_COLUMNS)."""
@@ -69,6 +73,7 @@ class Finish:
             self.error_traceback,
             1 if self.only_if_expired else 0,
             1 if self.raise_max_attempts else 0,
+            1 if self.snoozed else 0,
         )
 
 
@@ -85,6 +90,7 @@ OUTCOME_COLUMNS = (
     "error_traceback",
     "only_if_expired",
     "raise_max",
+    "snoozed",
 )
 
 

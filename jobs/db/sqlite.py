@@ -299,7 +299,7 @@ class SQLiteEngine(Engine):
             sql = self._finish_text[rows] = f"""
             WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {values})
             UPDATE {JOB} SET {self.set_outcome}
-            RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+            RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes, {JOB}.started_at, {JOB}.state
         """
             return sql
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import schedules
+from jobs import limit_spec, schedules
 from jobs.compat import task_backends
 from jobs.management.arguments import seconds, whole_number
 from jobs.timing import DEFAULTS
@@ -57,7 +57,7 @@ class Command(BaseCommand):
             backend = task_backends[options["backend"]]
         except Exception as e:
             raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
-        problems = schedules.check(backend)
+        problems = schedules.check(backend) + limit_spec.check(backend.options.get("LIMITS"))
         if problems:
             raise CommandError("; ".join(problems))
         for queue in options["queues"]:

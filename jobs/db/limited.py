@@ -1,0 +1,228 @@
+"""The claim under flow-control limits: a held job is never claimed, so it uses no attempt.
+
+Only claims made while some limit is in force come here (Engine.claim_within); the others
+keep their one statement. In one transaction, round after round until the batch is full or
+nothing due is left:
+
+1. read due jobs in claim order, leaving out every budget already found full;
+2. take the budgets those jobs draw on that this claim does not hold yet: on PostgreSQL a
+   transaction-scoped advisory lock each (`pg_try_advisory_xact_lock`; a budget another claim
+   holds is left alone this time, so claims never wait on each other nor deadlock), on SQLite
+   the write lock every claim already holds;
+3. count, for each new budget, its running jobs (the job table is the truth: a finish, a
+   release or a recovery frees a slot by changing the row, nothing else to keep in step) and its
+   starts within the rate window;
+4. take each job whose budgets all have room, in claim order, and claim them by id.
+
+Holding a budget's lock until commit makes the count and the claim one step: the next claim
+of that budget counts this claim's jobs. Budgets found full are excluded from the next round's
+read, so a held backlog never hides jobs under other budgets (no head-of-line blocking).
+"""
+
+import uuid
+import zlib
+from collections import defaultdict
+
+from django.db import connection, transaction
+
+from ..states import CLAIMABLE, JobState
+from .engine import JOB, sql_in, sql_state
+
+STARTS = "jobs_limitstart"
+# Namespace of jobsite's advisory locks (the first key of the two-key form).
+LOCK_SPACE = 0x6A0B
+# Rounds one claim makes at most (each excludes the budgets the previous one found full).
+MAX_ROUNDS = 8
+
+
+def lock_key(bucket_id: str) -> int:
+    """A budget's advisory lock key (int4); a collision only makes a claim skip it once."""
+    return zlib.crc32(bucket_id.encode()) - 2**31
+
+
+class Room:
+    """What the budgets this claim holds still allow."""
+
+    def __init__(self):
+        self.left: dict[str, float] = {}
+        self.full: set = set()
+
+    def fits(self, buckets) -> bool:
+        return all(self.left.get(b.id, 0) >= 1 for b in buckets)
+
+    def take(self, buckets) -> None:
+        for b in buckets:
+            self.left[b.id] -= 1
+            if self.left[b.id] < 1:
+                self.full.add(b)
+
+
+class LimitedClaim:
+    def __init__(self, engine, cursor, limits, queues):
+        self.engine = engine
+        self.cursor = cursor
+        self.limits = limits
+        self.queues = queues
+        self.room = Room()
+        self.held: set[str] = set()  # budget ids this claim has counted
+
+    # --- SQL pieces ------------------------------------------------------------------------
+
+    def candidates(self, want: int, taken: list) -> list:
+        """Due jobs in claim order outside full budgets: (id, queue, task, limit_key)."""
+        tests, params = [], []
+        if len(self.queues) == 1:
+            tests.append("AND queue_name = %s")
+            params.append(self.queues[0])
+        elif self.queues:
+            tests.append(f"AND {self.engine.in_list('queue_name')}")
+            params.append(self.engine.list_value(self.queues))
+        full = {"queue": [], "task": [], "key": []}
+        for b in self.room.full:
+            full[b.spec.kind].append(b.value)
+        for kind, column in (("queue", "queue_name"), ("task", "task_path")):
+            if full[kind]:
+                tests.append(f"AND NOT {self.engine.in_list(column)}")
+                params.append(self.engine.list_value(sorted(full[kind])))
+        if full["key"]:
+            tests.append(f"AND (limit_key IS NULL OR NOT {self.engine.in_list('limit_key')})")
+            params.append(self.engine.list_value(sorted(full["key"])))
+        if taken:
+            tests.append(f"AND NOT {self.engine.in_list('id')}")
+            params.append(self.engine.list_value([self.engine.uuid_value(i) for i in taken]))
+        shape = min(len(self.queues), 2)
+        sql = self.engine.due_jobs("id, queue_name, task_path, limit_key", " ".join(tests), shape)
+        self.cursor.execute(sql, [*params, want])
+        return self.cursor.fetchall()
+
+    def count_running(self, buckets) -> dict[str, int]:
+        """Running jobs per budget, for budgets with a concurrency limit."""
+        wanted = {b.id for b in buckets if b.spec.concurrency is not None}
+        running = dict.fromkeys(wanted, 0)
+        if not wanted:
+            return running
+        by = {"queue": set(), "task": set(), "key": set()}
+        for b in buckets:
+            if b.id in wanted:
+                by[b.spec.kind].add(b.value)
+        tests, params = [], []
+        for kind, column in (("queue", "queue_name"), ("task", "task_path"), ("key", "limit_key")):
+            if by[kind]:
+                tests.append(self.engine.in_list(column))
+                params.append(self.engine.list_value(sorted(by[kind])))
+        self.cursor.execute(
+            f"SELECT queue_name, task_path, limit_key, count(*) FROM {JOB} "
+            f"WHERE state = {sql_state(JobState.RUNNING)} AND ({' OR '.join(tests)}) "
+            f"GROUP BY queue_name, task_path, limit_key",
+            params,
+        )
+        for queue, task, key, n in self.cursor.fetchall():
+            for b in self.limits.buckets(queue, task, key):
+                if b.id in running:
+                    running[b.id] += n
+        return running
+
+    def count_starts(self, buckets) -> dict[str, int]:
+        """Starts within each rate window, for budgets with a rate limit."""
+        from ..limits import rate_slack
+
+        by_window = defaultdict(list)
+        for b in buckets:
+            if b.spec.rate is not None:
+                by_window[b.spec.rate[1]].append(b.id)
+        starts = {}
+        for seconds, ids in by_window.items():
+            starts.update(dict.fromkeys(ids, 0))
+            self.cursor.execute(
+                f"SELECT bucket, count(*) FROM {STARTS} WHERE {self.engine.in_list('bucket')} "
+                f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
+                [self.engine.list_value(sorted(ids)), -(seconds + rate_slack(seconds))],
+            )
+            starts.update(dict(self.cursor.fetchall()))
+        return starts
+
+    # --- the rounds ------------------------------------------------------------------------
+
+    def open(self, buckets) -> None:
+        """Hold and count the budgets not held yet; those another claim holds count as full."""
+        new = {b.id: b for b in buckets if b.id not in self.held}
+        if not new:
+            return
+        got = self.engine.lock_budgets(self.cursor, sorted(new))
+        for bucket_id, b in new.items():
+            if bucket_id not in got:
+                self.room.left[bucket_id] = 0
+                self.room.full.add(b)
+        counted = [b for i, b in new.items() if i in got]
+        running = self.count_running(counted)
+        starts = self.count_starts(counted)
+        for b in counted:
+            left = float("inf")
+            if b.spec.concurrency is not None:
+                left = min(left, b.spec.concurrency - running[b.id])
+            if b.spec.rate is not None:
+                left = min(left, b.spec.rate[0] - starts[b.id])
+            self.room.left[b.id] = left
+            if left < 1:
+                self.room.full.add(b)
+        self.held.update(new)
+
+    def pick(self, limit: int) -> tuple[list, dict]:
+        """The ids to claim, in claim order, and the budgets each draws on."""
+        taken, drawn = [], {}
+        for _ in range(MAX_ROUNDS):
+            want = limit - len(taken)
+            rows = self.candidates(want * 2 + 20, taken)
+            budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
+            self.open({b for bs in budgets.values() for b in bs})
+            full_before = len(self.room.full)
+            for row in rows:
+                bs = budgets[row[0]]
+                if self.room.fits(bs):
+                    self.room.take(bs)
+                    taken.append(row[0])
+                    drawn[row[0]] = bs
+                    if len(taken) >= limit:
+                        return taken, drawn
+            if len(rows) < want * 2 + 20 or len(self.room.full) == full_before:
+                break  # nothing more is due, or the next read would return the same jobs
+        return taken, drawn
+
+    def record_starts(self, claimed_ids, drawn) -> None:
+        rated = [
+            b.id for job_id in claimed_ids for b in drawn.get(job_id, ()) if b.spec.rate is not None
+        ]
+        for start in range(0, len(rated), 500):
+            chunk = rated[start : start + 500]
+            self.cursor.execute(
+                f"INSERT INTO {STARTS} (bucket, started_at) VALUES "
+                + ", ".join([f"(%s, {self.engine.now})"] * len(chunk)),
+                chunk,
+            )
+
+
+def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
+    """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
+    lease_id = uuid.uuid4()
+    queues = list(dict.fromkeys(queues)) if queues else []
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        claim = LimitedClaim(engine, cursor, limits, queues)
+        ids, drawn = claim.pick(limit)
+        if not ids:
+            return []
+        cursor.execute(
+            f"UPDATE {JOB} SET {engine.claim_sets()} "
+            f"WHERE {engine.in_list('id')} AND state IN ({sql_in(CLAIMABLE)}) "
+            f"RETURNING {engine.claimed_columns()}",
+            [
+                engine.uuid_value(lease_id),
+                lease_seconds,
+                worker_id,
+                engine.list_value([engine.uuid_value(i) for i in ids]),
+            ],
+        )
+        rows = cursor.fetchall()
+        by_id = {engine.uuid_value(i): i for i in ids}
+        claimed_ids = [by_id.get(engine.uuid_value(r[0]), r[0]) for r in rows]
+        claim.record_starts(claimed_ids, drawn)
+    return engine.claimed_batch(rows, lease_id)
