@@ -174,6 +174,20 @@ class LimitsCache:
         return self.limits
 
 
+def prune_starts() -> int:
+    """Forget rate-limit starts older than every window in force (at least a minute)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .models import LimitStart
+
+    keep = max(in_force().longest_window, 60.0)
+    cutoff = timezone.now() - timedelta(seconds=keep)
+    deleted, _ = LimitStart.objects.filter(started_at__lt=cutoff).delete()
+    return deleted
+
+
 # --- runtime controls --------------------------------------------------------------------------
 
 

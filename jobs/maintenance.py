@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import db
+from . import db, limits
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -22,6 +22,8 @@ logger = logging.getLogger("jobs.worker")
 
 # Every this many heartbeats, the slower chores: compacting counters, forgetting lost nodes.
 SLOW_CHORES_EVERY = 30
+# Every this many heartbeats, rate-limit starts past every window are forgotten.
+PRUNE_STARTS_EVERY = 6
 
 
 def run_due(worker_id: str, *, round: int) -> None:
@@ -29,6 +31,8 @@ def run_due(worker_id: str, *, round: int) -> None:
     recover_expired_leases(worker_id)
     db.expire_not_after()
     db.settle_orphaned_continuations()
+    if round % PRUNE_STARTS_EVERY == 1:
+        limits.prune_starts()
     if round % SLOW_CHORES_EVERY == 1:
         db.compact_counters()
         forget_lost_nodes()

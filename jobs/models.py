@@ -163,6 +163,13 @@ class Job(models.Model):
                 condition=Q(state__in=list(CLAIMABLE)),
                 name="job_claimable",
             ),
+            # Flow control's turns between limit keys: each key's due jobs in claim order
+            # (jobs.db.limited). Jobs without a limit key are not in it.
+            models.Index(
+                fields=["limit_key", "-priority", "run_after"],
+                condition=Q(state__in=list(CLAIMABLE), limit_key__isnull=False),
+                name="job_claimable_key",
+            ),
             # Recovery: running jobs by lease expiry.
             models.Index(
                 fields=["lease_expires_at"],

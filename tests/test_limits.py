@@ -181,3 +181,36 @@ def test_an_override_refuses_impossible_values_and_stores_nothing():
     with pytest.raises(LimitError):
         set_limit("bucket:emails", concurrency=2)
     assert not AuditEntry.objects.exists()
+
+
+def test_limit_keys_take_turns_when_no_limit_is_reached():
+    old = timezone.now() - timedelta(minutes=10)
+    big = due(60, limit_key="tenant-big", run_after=old)
+    small = due(5, limit_key="tenant-small")
+    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+        claimed = claim(limit=8)
+    ids = {c.id for c in claimed}
+    assert len(ids & {j.id for j in small}) == 4
+    assert len(ids & {j.id for j in big}) == 4
+
+
+def test_turns_keep_priority_first():
+    due(5, limit_key="tenant-a", priority=10)
+    low = due(5, limit_key="tenant-b")
+    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+        claimed = claim(limit=5)
+    assert not {c.id for c in claimed} & {j.id for j in low}
+
+
+def test_maintenance_forgets_starts_older_than_every_window():
+    from jobs.limits import prune_starts
+
+    now = timezone.now()
+    LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=30))
+    LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=300))
+    LimitStart.objects.create(bucket="queue:slow", started_at=now - timedelta(seconds=300))
+    with with_limits({"queue:api": {"rate": [5, 10]}}):
+        assert prune_starts() == 2
+    with with_limits({"queue:api": {"rate": [5, 3600]}}):
+        LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=300))
+        assert prune_starts() == 0

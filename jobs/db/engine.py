@@ -258,6 +258,10 @@ class Engine:
 
         return claim_limited(self, limits=in_force, **claim_args)
 
+    def key_source(self) -> str:
+        """The table flow control's turns read each limit key's due jobs from."""
+        return JOB
+
     def in_list(self, column: str) -> str:
         """`column` is one of the values of a list_value parameter."""
         return f"{column} IN (SELECT value FROM json_each(%s))"

@@ -14,6 +14,12 @@ nothing due is left:
    starts within the rate window;
 4. take each job whose budgets all have room, in claim order, and claim them by id.
 
+Turns between limit keys: while a `key:` limit is in force, the first round also reads the
+first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
+KEYS_PER_CLAIM keys), and jobs of equal priority are taken one per key in turn (the first job
+of every key, then the second of every key, ...), so a key's backlog never hides another key's
+jobs whether or not its limit is reached.
+
 Holding a budget's lock until commit makes the count and the claim one step: the next claim
 of that budget counts this claim's jobs. Budgets found full are excluded from the next round's
 read, so a held backlog never hides jobs under other budgets (no head-of-line blocking).
@@ -26,13 +32,17 @@ from collections import defaultdict
 from django.db import connection, transaction
 
 from ..states import CLAIMABLE, JobState
-from .engine import JOB, sql_in, sql_state
+from .engine import JOB, PAUSED, sql_in, sql_state
 
 STARTS = "jobs_limitstart"
 # Namespace of jobsite's advisory locks (the first key of the two-key form).
 LOCK_SPACE = 0x6A0B
 # Rounds one claim makes at most (each excludes the budgets the previous one found full).
 MAX_ROUNDS = 8
+# Turns between keys: how many keys one claim looks at, and how many due jobs of each.
+KEYS_PER_CLAIM = 200
+HEADS_PER_KEY = 4
+DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
 
 
 def lock_key(bucket_id: str) -> int:
@@ -68,8 +78,9 @@ class LimitedClaim:
 
     # --- SQL pieces ------------------------------------------------------------------------
 
-    def candidates(self, want: int, taken: list) -> list:
-        """Due jobs in claim order outside full budgets: (id, queue, task, limit_key)."""
+    def due_tests(self, taken: list) -> tuple[str, list]:
+        """The tests of a due read beyond the claim index's own: the queues, and neither a full
+        budget nor a job this claim took already."""
         tests, params = [], []
         if len(self.queues) == 1:
             tests.append("AND queue_name = %s")
@@ -90,10 +101,56 @@ class LimitedClaim:
         if taken:
             tests.append(f"AND NOT {self.engine.in_list('id')}")
             params.append(self.engine.list_value([self.engine.uuid_value(i) for i in taken]))
+        return " ".join(tests), params
+
+    def candidates(self, want: int, taken: list) -> list:
+        """Due jobs in claim order outside full budgets: DUE_COLUMNS."""
+        tests, params = self.due_tests(taken)
         shape = min(len(self.queues), 2)
-        sql = self.engine.due_jobs("id, queue_name, task_path, limit_key", " ".join(tests), shape)
-        self.cursor.execute(sql, [*params, want])
+        self.cursor.execute(self.engine.due_jobs(DUE_COLUMNS, tests, shape), [*params, want])
         return self.cursor.fetchall()
+
+    def key_heads(self, taken: list) -> list:
+        """The first due jobs of each limit key (DUE_COLUMNS), keys in key order."""
+        tests, params = self.due_tests(taken)
+        claimable = f"state IN ({sql_in(CLAIMABLE)}) AND limit_key IS NOT NULL"
+        due = f"""
+            SELECT {DUE_COLUMNS} FROM {self.engine.key_source()}
+            WHERE {claimable} AND limit_key = %s AND run_after <= {self.engine.now}
+              AND attempt < max_attempts AND (not_after IS NULL OR not_after > {self.engine.now})
+              {tests} AND queue_name NOT IN (SELECT name FROM {PAUSED})
+            ORDER BY priority DESC, run_after LIMIT %s
+        """
+        following = f"""
+            SELECT limit_key FROM {self.engine.key_source()}
+            WHERE {claimable} AND limit_key > %s ORDER BY limit_key LIMIT 1
+        """
+        if self.engine.locks_rows:
+            # One statement: a recursive loose scan over the keys, each key's jobs beside it.
+            self.cursor.execute(
+                f"""
+                WITH RECURSIVE keys(k) AS (
+                    ({following.replace("%s", "''")})
+                    UNION ALL
+                    SELECT ({following.replace("%s", "keys.k")}) FROM keys WHERE k IS NOT NULL
+                )
+                SELECT h.* FROM (SELECT k FROM keys WHERE k IS NOT NULL LIMIT %s) AS ks
+                CROSS JOIN LATERAL ({due.replace("limit_key = %s", "limit_key = ks.k")}) AS h
+                """,
+                [KEYS_PER_CLAIM, *params, HEADS_PER_KEY],
+            )
+            return self.cursor.fetchall()
+        # SQLite: a statement costs a function call, not a round trip.
+        heads, key = [], ""
+        for _ in range(KEYS_PER_CLAIM):
+            self.cursor.execute(following, [key])
+            row = self.cursor.fetchone()
+            if row is None:
+                break
+            key = row[0]
+            self.cursor.execute(due, [key, *params, HEADS_PER_KEY])
+            heads += self.cursor.fetchall()
+        return heads
 
     def count_running(self, buckets) -> dict[str, int]:
         """Running jobs per budget, for budgets with a concurrency limit."""
@@ -170,9 +227,12 @@ class LimitedClaim:
     def pick(self, limit: int) -> tuple[list, dict]:
         """The ids to claim, in claim order, and the budgets each draws on."""
         taken, drawn = [], {}
-        for _ in range(MAX_ROUNDS):
+        for round in range(MAX_ROUNDS):
             want = limit - len(taken)
             rows = self.candidates(want * 2 + 20, taken)
+            read_all = len(rows) < want * 2 + 20
+            if round == 0 and self.limits.keys:
+                rows = in_turns(rows, self.key_heads(taken))
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
             self.open({b for bs in budgets.values() for b in bs})
             full_before = len(self.room.full)
@@ -184,7 +244,7 @@ class LimitedClaim:
                     drawn[row[0]] = bs
                     if len(taken) >= limit:
                         return taken, drawn
-            if len(rows) < want * 2 + 20 or len(self.room.full) == full_before:
+            if read_all or len(self.room.full) == full_before:
                 break  # nothing more is due, or the next read would return the same jobs
         return taken, drawn
 
@@ -201,6 +261,23 @@ class LimitedClaim:
             )
 
 
+def in_turns(rows: list, heads: list) -> list:
+    """Both reads' jobs once each, in claim order with one job per limit key in turn among
+    jobs of equal priority (jobs without a key keep their place)."""
+    by_id = {row[0]: row for row in rows}
+    for row in heads:
+        by_id.setdefault(row[0], row)
+    ordered = sorted(by_id.values(), key=lambda r: (-r[4], r[5]))
+    seen: dict = defaultdict(int)
+    turns = []
+    for row in ordered:
+        key = row[3]
+        turns.append((-row[4], seen[key] if key is not None else 0, row[5]))
+        if key is not None:
+            seen[key] += 1
+    return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
+
+
 def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
     """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
     lease_id = uuid.uuid4()
@@ -212,7 +289,9 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
             return []
         cursor.execute(
             f"UPDATE {JOB} SET {engine.claim_sets()} "
-            f"WHERE {engine.in_list('id')} AND state IN ({sql_in(CLAIMABLE)}) "
+            # Rows another claim has locked are left to it (the turns' reads lock nothing).
+            f"WHERE id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
+            f"AND state IN ({sql_in(CLAIMABLE)}){engine.skip_locked(True)}) "
             f"RETURNING {engine.claimed_columns()}",
             [
                 engine.uuid_value(lease_id),

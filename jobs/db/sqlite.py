@@ -132,6 +132,9 @@ class SQLiteEngine(Engine):
         index = "job_claimable_queue" if shape else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
 
+    def key_source(self):
+        return f"{JOB} INDEXED BY job_claimable_key"
+
     def claim(self, *, worker_id, queues, limit, lease_seconds):
         """Claim up to `limit` due jobs in priority order, one fresh lease_id.
 
