@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, schedule_api
+from . import api, limit_api, schedule_api
 
 app_name = "api"
 urlpatterns = [
@@ -21,6 +21,8 @@ urlpatterns = [
     path("schedules/<str:name>/pause", schedule_api.pause, name="schedule-pause"),
     path("schedules/<str:name>/resume", schedule_api.resume, name="schedule-resume"),
     path("schedules/<str:name>/trigger", schedule_api.trigger, name="schedule-trigger"),
+    path("limits", limit_api.limit_list, name="limit-list"),
+    re_path(r"^limits/(?P<name>[\s\S]+)$", limit_api.limit_detail, name="limit-detail"),
     path("openapi.json", api.openapi_document, name="openapi"),
     # Anything else under /api/v1/ answers a JSON 404, not the site's HTML page.
     re_path(r"^(?P<rest>[\s\S]*)$", api.not_found),

@@ -64,6 +64,14 @@ JOB = {
         "scheduled_at": _nullable(
             {**TIME, "description": "Its schedule's fire time; null for a run now."}
         ),
+        "limit_key": _nullable(
+            {"type": "string", "description": "The key its `key:` limit budgets it under."}
+        ),
+        "snoozes": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Attempts given back by Snooze (not counted in `attempt`).",
+        },
     },
 }
 

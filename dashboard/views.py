@@ -17,7 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import actions, bulk, queues
+from jobs import actions, bulk, limit_usage, queues
 from jobs.models import Job
 from jobs.states import JobState
 
@@ -89,6 +89,7 @@ def _job_page(request, job, *, edit_form=None, status=200):
     context = {
         "job": job,
         "due_later": actions.due_later(job),
+        "held_by": limit_usage.holding(job),
         "attempts": queries.job_attempts(job),
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),

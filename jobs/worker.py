@@ -27,7 +27,7 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import db, maintenance, schedules, startup_signals
+from . import breaker, db, maintenance, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
@@ -35,7 +35,7 @@ from .errortext import for_log
 from .limits import LimitsCache
 from .models import Job, WorkerNode
 from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
-from .states import AttemptOutcome, JobState
+from .states import FAILED_ATTEMPT, AttemptOutcome, JobState
 from .timing import DEFAULTS as DEFAULT_TIMING
 
 logger = logging.getLogger("jobs.worker")
@@ -565,6 +565,7 @@ class Worker:
 
     def _settle(self, pending, applied):
         applied_ids = {f.job_id for f in applied}
+        failed_queues = set()
         for f in pending:
             held = self.held.pop(f.job_id, None)
             if f.job_id not in applied_ids:
@@ -577,6 +578,16 @@ class Worker:
             claimed = held.claimed if held else None
             self._log_finish(f, claimed)
             oc.announce(f, claimed)
+            if claimed is not None and f.outcome in FAILED_ATTEMPT:
+                failed_queues.add(claimed.queue_name)
+        if failed_queues:
+            self._trip_breakers(failed_queues)
+
+    def _trip_breakers(self, failed_queues):
+        try:
+            breaker.trip(failed_queues, self.limits.current())
+        except DB_ERRORS as e:  # checked again on the next failures
+            logger.warning("circuit breaker check failed: %s", for_log(str(e)))
 
     def _log_finish(self, f, claimed):
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)

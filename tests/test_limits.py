@@ -214,3 +214,23 @@ def test_maintenance_forgets_starts_older_than_every_window():
     with with_limits({"queue:api": {"rate": [5, 3600]}}):
         LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=300))
         assert prune_starts() == 0
+
+
+def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_the_window():
+    from jobs import breaker, queues
+    from jobs.models import Attempt
+
+    limits_config = {"queue:hooks": {"pause_after_failures": [2, 60]}}
+    now = timezone.now()
+    for i, ago in enumerate((5, 500)):
+        job = make_job(JobState.DEAD_LETTER, queue_name="hooks")
+        Attempt.objects.create(
+            job=job, number=1, outcome="failed", finished_at=now - timedelta(seconds=ago + i)
+        )
+    with with_limits(limits_config):
+        assert breaker.trip({"hooks", "other"}, in_force()) == []
+        job = make_job(JobState.DEAD_LETTER, queue_name="hooks")
+        Attempt.objects.create(job=job, number=1, outcome="failed", finished_at=now)
+        assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
+        assert breaker.trip({"hooks"}, in_force()) == []
+    assert queues.paused()["hooks"].paused_by == "circuit breaker"

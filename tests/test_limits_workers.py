@@ -171,3 +171,26 @@ def test_a_job_snoozing_past_max_snoozes_is_dead_lettered(subprocess_env, run_wo
         DeadLetterReason.SNOOZED_TOO_OFTEN,
     )
     assert (job.attempt, job.snoozes) == (1, 3)
+
+
+def test_the_circuit_breaker_pauses_its_queue_and_leaves_the_rest_waiting(
+    subprocess_env, spawn_worker
+):
+    from jobs import queues
+    from jobs.models import AuditEntry
+
+    limits_env(subprocess_env, {"queue:webhooks": {"pause_after_failures": [3, 60]}})
+    failing = tasks.always_fails.using(queue_name="webhooks", max_attempts=1)
+    ids = [failing.enqueue(f"hook-{i}").id for i in range(20)]
+    worker = spawn_worker("--concurrency", "1")
+    try:
+        wait_for(lambda: queues.is_paused("webhooks"), timeout=60, what="the breaker to trip")
+        other = tasks.record.using(queue_name="other").enqueue("still-runs").id
+        wait_for(lambda: all_terminal([other]), timeout=30, what="another queue's job")
+    finally:
+        stop_all([worker])
+    waiting = Job.objects.filter(id__in=ids, state=JobState.PENDING).count()
+    assert waiting >= 5
+    assert Job.objects.filter(id__in=ids, state=JobState.DEAD_LETTER).count() >= 3
+    (audit,) = AuditEntry.objects.filter(subject="webhooks", action="pause queue")
+    assert audit.source == "breaker" and "circuit breaker" in audit.outcome
