@@ -176,3 +176,32 @@ def test_a_held_jobs_page_says_what_holds_it(client, operator):
     assert "waiting for key:tenant-* — tenant-42: 2 of 2 running" in html
     assert "waiting for" not in client.get(f"/jobs/{free.id}/").content.decode()
     assert Job.objects.get(id=held.id).state == JobState.PENDING
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def test_metrics_show_each_limits_running_and_waiting_jobs_and_the_snoozes(client, reader_token):
+    from jobs import db
+
+    tenant_at_its_limit()
+    db.add_counters({"jobs_snoozed": 4})
+    text = client.get("/metrics", headers=reader_token).content.decode()
+    assert 'jobsite_limit_running{limit="key:tenant-*"} 2.0' in text
+    assert 'jobsite_limit_waiting{limit="key:tenant-*"} 1.0' in text
+    assert 'jobsite_limit_waiting{limit="queue:emails"} 0.0' in text
+    assert "jobsite_jobs_snoozed_total 4.0" in text
+
+
+def test_the_queues_page_says_the_circuit_breaker_paused_a_queue(client, operator):
+    from jobs import breaker
+    from jobs.limits import in_force
+    from jobs.models import Attempt
+
+    for _ in range(50):
+        job = make_job(JobState.DEAD_LETTER, queue_name="webhooks")
+        Attempt.objects.create(job=job, number=1, outcome="failed", finished_at=timezone.now())
+    assert breaker.trip({"webhooks"}, in_force()) == ["webhooks"]
+    client.force_login(operator)
+    html = client.get("/queues/").content.decode()
+    assert "by the circuit breaker" in html
