@@ -9,7 +9,7 @@ database without limits.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from django.db import transaction
@@ -23,25 +23,34 @@ REFRESH_SECONDS = 2.0
 # of starts fall into one.
 RATE_SLACK_SHARE = 0.1
 RATE_SLACK_MAX = 0.25
+# A worker's claims read each limit key's first due jobs (the turns between keys) at most
+# this often (seconds); the claims between keep claim order past full budgets.
+TURNS_EVERY = 0.25
+# How many (queue, task, key) combinations a Limits remembers the budgets of.
+REMEMBERED = 100_000
 
 
 def rate_slack(seconds: float) -> float:
     return min(RATE_SLACK_MAX, seconds * RATE_SLACK_SHARE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Bucket:
-    """One budget: a limit, and the key drawing on it (the queue or task itself otherwise)."""
+    """One budget: a limit, and the key drawing on it (the queue or task itself otherwise).
+
+    Compared by identity: a Limits hands out one Bucket per budget.
+    """
 
     spec: LimitSpec
     value: str
+    # How the budget is named in the database (rate starts) and in advisory locks.
+    id: str = field(init=False)
 
-    @property
-    def id(self) -> str:
-        """How the budget is named in the database (rate starts) and in advisory locks."""
-        if self.spec.kind == "key":
-            return f"{self.spec.name}\x1f{self.value}"
-        return self.spec.name
+    def __post_init__(self):
+        name = self.spec.name
+        object.__setattr__(
+            self, "id", f"{name}\x1f{self.value}" if self.spec.kind == "key" else name
+        )
 
     def describe(self) -> str:
         if self.spec.kind == "key":
@@ -61,6 +70,9 @@ class Limits:
         self.tasks = {s.target: s for s in claiming if s.kind == "task"}
         self.keys = tuple(s for s in claiming if s.kind == "key")
         self._key_specs: dict[str, LimitSpec | None] = {}
+        self._buckets: dict[tuple, tuple[Bucket, ...]] = {}
+        self._budgets: dict[str, Bucket] = {}
+        self._turns_at = 0.0
 
     @cached_property
     def limits_claims(self) -> bool:
@@ -94,17 +106,33 @@ class Limits:
 
     def buckets(self, queue: str, task: str, key: str | None) -> tuple[Bucket, ...]:
         """The budgets a job of this queue, task and limit key draws on."""
+        try:
+            return self._buckets[queue, task, key]
+        except KeyError:
+            pass
         found = []
-        spec = self.queues.get(queue)
-        if spec is not None:
-            found.append(Bucket(spec, queue))
-        spec = self.tasks.get(task)
-        if spec is not None:
-            found.append(Bucket(spec, task))
-        spec = self.key_spec(key)
-        if spec is not None:
-            found.append(Bucket(spec, key))
-        return tuple(found)
+        for spec, value in (
+            (self.queues.get(queue), queue),
+            (self.tasks.get(task), task),
+            (self.key_spec(key), key),
+        ):
+            if spec is not None:
+                bucket = Bucket(spec, value)
+                found.append(self._budgets.setdefault(bucket.id, bucket))
+        found = tuple(found)
+        if len(self._buckets) < REMEMBERED:
+            self._buckets[queue, task, key] = found
+        return found
+
+    def turns_due(self) -> bool:
+        """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""
+        if not self.keys:
+            return False
+        now = time.monotonic()
+        if now < self._turns_at:
+            return False
+        self._turns_at = now + TURNS_EVERY
+        return True
 
 
 def declared(backend_alias: str = "default") -> dict[str, LimitSpec]:

@@ -16,7 +16,8 @@ nothing due is left:
 
 Turns between limit keys: while a `key:` limit is in force, the first round also reads the
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
-KEYS_PER_CLAIM keys), and jobs of equal priority are taken one per key in turn (the first job
+KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
+priority are taken one per key in turn (the first job
 of every key, then the second of every key, ...), so a key's backlog never hides another key's
 jobs whether or not its limit is reached.
 
@@ -100,7 +101,8 @@ class LimitedClaim:
             params.append(self.engine.list_value(sorted(full["key"])))
         if taken:
             tests.append(f"AND NOT {self.engine.in_list('id')}")
-            params.append(self.engine.list_value([self.engine.uuid_value(i) for i in taken]))
+            # Ids as the database returned them: already in its own form.
+            params.append(self.engine.list_value(taken))
         return " ".join(tests), params
 
     def candidates(self, want: int, taken: list) -> list:
@@ -125,32 +127,28 @@ class LimitedClaim:
             SELECT limit_key FROM {self.engine.key_source()}
             WHERE {claimable} AND limit_key > %s ORDER BY limit_key LIMIT 1
         """
-        if self.engine.locks_rows:
-            # One statement: a recursive loose scan over the keys, each key's jobs beside it.
-            self.cursor.execute(
-                f"""
-                WITH RECURSIVE keys(k) AS (
-                    ({following.replace("%s", "''")})
-                    UNION ALL
-                    SELECT ({following.replace("%s", "keys.k")}) FROM keys WHERE k IS NOT NULL
-                )
-                SELECT h.* FROM (SELECT k FROM keys WHERE k IS NOT NULL LIMIT %s) AS ks
-                CROSS JOIN LATERAL ({due.replace("limit_key = %s", "limit_key = ks.k")}) AS h
-                """,
-                [KEYS_PER_CLAIM, *params, HEADS_PER_KEY],
+        # One statement: a recursive loose scan over the keys, each key's jobs beside it.
+        keys = f"""
+            WITH RECURSIVE keys(k) AS (
+                SELECT ({following.replace("%s", "''")})
+                UNION ALL
+                SELECT ({following.replace("%s", "keys.k")}) FROM keys WHERE k IS NOT NULL
+                {"" if self.engine.locks_rows else f"LIMIT {KEYS_PER_CLAIM + 1}"}
             )
-            return self.cursor.fetchall()
-        # SQLite: a statement costs a function call, not a round trip.
-        heads, key = [], ""
-        for _ in range(KEYS_PER_CLAIM):
-            self.cursor.execute(following, [key])
-            row = self.cursor.fetchone()
-            if row is None:
-                break
-            key = row[0]
-            self.cursor.execute(due, [key, *params, HEADS_PER_KEY])
-            heads += self.cursor.fetchall()
-        return heads
+        """
+        if self.engine.locks_rows:
+            sql = f"""{keys}
+                SELECT h.* FROM (SELECT k FROM keys WHERE k IS NOT NULL LIMIT {KEYS_PER_CLAIM}) ks
+                CROSS JOIN LATERAL ({due.replace("limit_key = %s", "limit_key = ks.k")}) AS h
+            """
+        else:  # no LATERAL: each key's jobs by a correlated IN
+            picked = due.replace("limit_key = %s", "limit_key = keys.k").replace(
+                f"SELECT {DUE_COLUMNS}", "SELECT id", 1
+            )
+            columns = ", ".join(f"j.{c.strip()}" for c in DUE_COLUMNS.split(","))
+            sql = f"{keys} SELECT {columns} FROM keys JOIN {JOB} j ON j.id IN ({picked})"
+        self.cursor.execute(sql, [*params, HEADS_PER_KEY])
+        return self.cursor.fetchall()
 
     def count_running(self, buckets) -> dict[str, int]:
         """Running jobs per budget, for budgets with a concurrency limit."""
@@ -200,9 +198,10 @@ class LimitedClaim:
 
     # --- the rounds ------------------------------------------------------------------------
 
-    def open(self, buckets) -> None:
-        """Hold and count the budgets not held yet; those another claim holds count as full."""
-        new = {b.id: b for b in buckets if b.id not in self.held}
+    def open(self, buckets: dict) -> None:
+        """Hold and count the budgets (by id) not held yet; those another claim holds count
+        as full."""
+        new = {i: b for i, b in buckets.items() if i not in self.held}
         if not new:
             return
         got = self.engine.lock_budgets(self.cursor, sorted(new))
@@ -229,12 +228,13 @@ class LimitedClaim:
         taken, drawn = [], {}
         for round in range(MAX_ROUNDS):
             want = limit - len(taken)
-            rows = self.candidates(want * 2 + 20, taken)
-            read_all = len(rows) < want * 2 + 20
-            if round == 0 and self.limits.keys:
+            asked = want + want // 4 + 10
+            rows = self.candidates(asked, taken)
+            read_all = len(rows) < asked
+            if round == 0 and self.limits.turns_due():
                 rows = in_turns(rows, self.key_heads(taken))
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
-            self.open({b for bs in budgets.values() for b in bs})
+            self.open({b.id: b for bs in budgets.values() for b in bs})
             full_before = len(self.room.full)
             for row in rows:
                 bs = budgets[row[0]]
@@ -293,15 +293,9 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
             f"WHERE id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
             f"AND state IN ({sql_in(CLAIMABLE)}){engine.skip_locked(True)}) "
             f"RETURNING {engine.claimed_columns()}",
-            [
-                engine.uuid_value(lease_id),
-                lease_seconds,
-                worker_id,
-                engine.list_value([engine.uuid_value(i) for i in ids]),
-            ],
+            [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)],
         )
         rows = cursor.fetchall()
-        by_id = {engine.uuid_value(i): i for i in ids}
-        claimed_ids = [by_id.get(engine.uuid_value(r[0]), r[0]) for r in rows]
-        claim.record_starts(claimed_ids, drawn)
+        # Ids come back as the candidate reads returned them (the database's own form).
+        claim.record_starts([r[0] for r in rows], drawn)
     return engine.claimed_batch(rows, lease_id)
