@@ -290,8 +290,10 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
         cursor.execute(
             f"UPDATE {JOB} SET {engine.claim_sets()} "
             # Rows another claim has locked are left to it (the turns' reads lock nothing).
+            # SQLite: `+state` keeps its planner on the primary key (see sqlite.claim_ids_sql).
             f"WHERE id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
-            f"AND state IN ({sql_in(CLAIMABLE)}){engine.skip_locked(True)}) "
+            f"AND {'state' if engine.locks_rows else '+state'} IN ({sql_in(CLAIMABLE)})"
+            f"{engine.skip_locked(True)}) "
             f"RETURNING {engine.claimed_columns()}",
             [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)],
         )
