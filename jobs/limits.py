@@ -25,7 +25,7 @@ RATE_SLACK_SHARE = 0.1
 RATE_SLACK_MAX = 0.25
 # A worker's claims read each limit key's first due jobs (the turns between keys) at most
 # this often (seconds); the claims between keep claim order past full budgets.
-TURNS_EVERY = 0.25
+TURNS_EVERY = 0.5
 # How many (queue, task, key) combinations a Limits remembers the budgets of.
 REMEMBERED = 100_000
 

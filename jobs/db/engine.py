@@ -269,7 +269,7 @@ class Engine:
     def list_value(self, values) -> object:
         return json.dumps(list(values))
 
-    def lock_budgets(self, cursor, budget_ids: list[str]) -> set[str]:
+    def lock_budgets(self, cursor, budget_ids: list[str], *, wait=False) -> set[str]:
         """Hold flow-control budgets until the transaction ends; returns those held. Where
         every write transaction holds the database's write lock, that is all of them."""
         return set(budget_ids)

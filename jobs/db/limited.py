@@ -6,9 +6,11 @@ nothing due is left:
 
 1. read due jobs in claim order, leaving out every budget already found full;
 2. take the budgets those jobs draw on that this claim does not hold yet: on PostgreSQL a
-   transaction-scoped advisory lock each (`pg_try_advisory_xact_lock`; a budget another claim
-   holds is left alone this time, so claims never wait on each other nor deadlock), on SQLite
-   the write lock every claim already holds;
+   transaction-scoped advisory lock each — the first round's in key order, waiting for a claim
+   that holds one (claims of a busy budget take turns, none comes back empty-handed); later
+   rounds only try (`pg_try_advisory_xact_lock`; a budget another claim holds is left alone
+   this time), so no two claims ever wait on each other; on SQLite the write lock every claim
+   already holds;
 3. count, for each new budget, its running jobs (the job table is the truth: a finish, a
    release or a recovery frees a slot by changing the row, nothing else to keep in step) and its
    starts within the rate window;
@@ -198,13 +200,13 @@ class LimitedClaim:
 
     # --- the rounds ------------------------------------------------------------------------
 
-    def open(self, buckets: dict) -> None:
+    def open(self, buckets: dict, *, wait=False) -> None:
         """Hold and count the budgets (by id) not held yet; those another claim holds count
         as full."""
         new = {i: b for i, b in buckets.items() if i not in self.held}
         if not new:
             return
-        got = self.engine.lock_budgets(self.cursor, sorted(new))
+        got = self.engine.lock_budgets(self.cursor, sorted(new), wait=wait)
         for bucket_id, b in new.items():
             if bucket_id not in got:
                 self.room.left[bucket_id] = 0
@@ -234,7 +236,7 @@ class LimitedClaim:
             if round == 0 and self.limits.turns_due():
                 rows = in_turns(rows, self.key_heads(taken))
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
-            self.open({b.id: b for bs in budgets.values() for b in bs})
+            self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
             full_before = len(self.room.full)
             for row in rows:
                 bs = budgets[row[0]]
@@ -278,6 +280,18 @@ def in_turns(rows: list, heads: list) -> list:
     return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
 
 
+def claimed_by_id(engine) -> str:
+    """The test of a claim by id (one list_value parameter)."""
+    if engine.locks_rows:
+        # Rows another claim has locked are left to it (the turns' reads lock nothing).
+        return (
+            f"id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
+            f"AND state IN ({sql_in(CLAIMABLE)}){engine.skip_locked(True)})"
+        )
+    # `+state` keeps SQLite's planner on the primary key (as sqlite.claim_ids_sql).
+    return f"{engine.in_list('id')} AND +state IN ({sql_in(CLAIMABLE)})"
+
+
 def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
     """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
     lease_id = uuid.uuid4()
@@ -289,11 +303,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
             return []
         cursor.execute(
             f"UPDATE {JOB} SET {engine.claim_sets()} "
-            # Rows another claim has locked are left to it (the turns' reads lock nothing).
-            # SQLite: `+state` keeps its planner on the primary key (see sqlite.claim_ids_sql).
-            f"WHERE id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
-            f"AND {'state' if engine.locks_rows else '+state'} IN ({sql_in(CLAIMABLE)})"
-            f"{engine.skip_locked(True)}) "
+            f"WHERE {claimed_by_id(engine)} "
             f"RETURNING {engine.claimed_columns()}",
             [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)],
         )

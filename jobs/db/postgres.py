@@ -128,18 +128,29 @@ class PostgresEngine(Engine):
     def list_value(self, values):
         return list(values)
 
-    def lock_budgets(self, cursor, budget_ids):
-        """Transaction-scoped advisory locks, tried (never waited for): a budget another claim
-        holds right now is left to it. Nothing outlives the transaction (poolers in
-        transaction mode keep working)."""
+    def lock_budgets(self, cursor, budget_ids, *, wait=False):
+        """Transaction-scoped advisory locks; nothing outlives the transaction (poolers in
+        transaction mode keep working). With `wait`, taken in key order, waiting for claims
+        holding them (a claim waits only while it holds nothing taken later than in key order,
+        so no two claims wait on each other); otherwise tried, and a budget another claim
+        holds right now is left to it."""
         from .limited import LOCK_SPACE, lock_key
 
-        keys = {lock_key(i): i for i in budget_ids}
+        keys = {}
+        for i in budget_ids:
+            keys.setdefault(lock_key(i), []).append(i)
+        if wait:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(%s, k)) FROM "
+                "(SELECT k FROM unnest(%s::int[]) AS k ORDER BY k) AS ordered",
+                [LOCK_SPACE, sorted(keys)],
+            )
+            return set(budget_ids)
         cursor.execute(
             "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
             [list(keys), LOCK_SPACE],
         )
-        return {keys[k] for (k,) in cursor.fetchall()}
+        return {i for (k,) in cursor.fetchall() for i in keys[k]}
 
     def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds):
         """A worker's connection. A stalled worker must not hold locks longer than a lease, nor
