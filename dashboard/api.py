@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs import actions, bulk, queues
 from jobs.models import Job
+from jobs.names import check_queue_name
 from jobs.states import JobState
 
 from . import metrics, openapi, queries
@@ -211,9 +212,10 @@ def queue_response(name: str):
 
 
 def queue_name(name: str) -> str:
-    if len(name) > 100 or "\x00" in name:
-        raise BadRequest("a queue name is 1-100 characters without NUL")
-    return name
+    try:
+        return check_queue_name(name)
+    except ValueError as e:
+        raise BadRequest(f"a queue name {e}") from None
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -342,6 +344,7 @@ def summary(request):
 
 @api_view("GET")
 def openapi_document(request):
+    refuse_parameters(request)
     # The API lives wherever the host project mounted the console.
     base = reverse("dashboard:api:job-list").removesuffix("/jobs")
     return JsonResponse(openapi.document(base))

@@ -1,10 +1,14 @@
 from contextlib import suppress
+from importlib.util import find_spec
 
 import django
 from django.apps import AppConfig
+from django.core import checks
 
 PARTIALS_LOADER = "template_partials.loader.Loader"
 PARTIALS_TAGS = "template_partials.templatetags.partials"
+# What Django 6 has built in and Django 5.2 takes from packages: module -> package.
+BACKPORTS = {"django_tasks": "django-tasks", "template_partials": "django-template-partials"}
 
 
 class DashboardConfig(AppConfig):
@@ -13,8 +17,31 @@ class DashboardConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        if django.VERSION < (6, 0):
+        checks.register(check_backports, checks.Tags.compatibility)
+        if django.VERSION < (6, 0) and not missing_backports():
             _enable_template_partials()
+
+
+def missing_backports(version=django.VERSION, find=find_spec) -> list[str]:
+    """The backport packages this Django needs and does not have."""
+    if version >= (6, 0):
+        return []
+    return [package for module, package in BACKPORTS.items() if find(module) is None]
+
+
+def check_backports(app_configs=None, **kwargs):
+    missing = missing_backports()
+    if not missing:
+        return []
+    return [
+        checks.Error(
+            f"jobsite on Django {django.get_version()} needs {' and '.join(missing)} "
+            "(Django 6 has them built in).",
+            hint='pip install "jobsite[django52]" "Django>=5.2,<6.0" (the extra pins the '
+            "backports, not Django)",
+            id="dashboard.E001",
+        )
+    ]
 
 
 def _enable_template_partials():

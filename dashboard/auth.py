@@ -9,9 +9,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import wraps
 
+from django.conf import settings
+from django.core import signals
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db.models import Q
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
+from django.utils.log import log_response
 from django.views.decorators.csrf import csrf_exempt
 
 from .models import ApiToken
@@ -51,7 +55,7 @@ def authenticate(request) -> Caller | None:
         .first()
     )
     if token is None or not token.user.is_active:
-        raise AuthenticationFailed("invalid or revoked token")
+        raise AuthenticationFailed("invalid, revoked or expired token")
     touch(token)
     return Caller(user=token.user, token=token)
 
@@ -86,7 +90,8 @@ def unauthorized(message: str):
 def api_view(*methods: str, operate: bool = False):
     """Authenticate, check the method, CSRF and permissions, then call the view.
 
-    A view raises `BadRequest` to answer 400.
+    A view raises `BadRequest` to answer 400. Every answer is JSON, a body over
+    DATA_UPLOAD_MAX_MEMORY_SIZE (413) and an unhandled exception (500) included.
     """
     allowed = frozenset(methods) | ({"HEAD"} if "GET" in methods else frozenset())
     allow_header = ", ".join(sorted(allowed))
@@ -95,6 +100,17 @@ def api_view(*methods: str, operate: bool = False):
         @csrf_exempt
         @wraps(view)
         def wrapper(request, *args, **kwargs):
+            try:
+                return checked(request, *args, **kwargs)
+            except RequestDataTooBig:
+                limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+                return error(413, f"the body is larger than the {limit:,} bytes accepted")
+            except SuspiciousOperation as exc:
+                return error(400, str(exc) or "the request was refused")
+            except Exception as exc:
+                return server_error(request, exc)
+
+        def checked(request, *args, **kwargs):
             try:
                 caller = authenticate(request)
             except AuthenticationFailed as exc:
@@ -122,3 +138,13 @@ def api_view(*methods: str, operate: bool = False):
         return wrapper
 
     return decorate
+
+
+def server_error(request, exc):
+    """The JSON 500, logged and signalled as Django does for any unhandled exception."""
+    signals.got_request_exception.send(sender=None, request=request)
+    response = error(500, "internal error; it has been logged")
+    log_response(
+        "Internal Server Error: %s", request.path, response=response, request=request, exception=exc
+    )
+    return response

@@ -12,8 +12,9 @@ and `CSRF_FAILURE_VIEW = "dashboard.errors.csrf_failure"` in its settings.
 
 import logging
 
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.urls import Resolver404, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,14 @@ PAGES = {
 
 
 def error_page(request, status: int, detail: str = "") -> HttpResponse:
-    """The page for HTTP `status` in the console layout; `detail` says what was missing."""
+    """The page for HTTP `status` in the console layout; `detail` says what was missing.
+
+    Under the JSON API the answer is JSON too (a refusal before any API view ran: a bad Host
+    header, a body the server would not read).
+    """
     title, explanation = PAGES[status]
+    if is_api(request):
+        return JsonResponse({"error": f"{title.lower()}: {detail or explanation}"}, status=status)
     context = {"status": status, "title": title, "explanation": explanation, "detail": detail}
     try:
         body = render_to_string(TEMPLATE, context, request=request)
@@ -60,3 +67,12 @@ def csrf_failure(request, reason=""):
     return error_page(
         request, 403, "The form was refused: reload the page and try again (its token expired)."
     )
+
+
+def is_api(request) -> bool:
+    """Whether the request's path is under the console's JSON API (wherever it is mounted)."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return False
+    return match.app_names[-2:] == ["dashboard", "api"]

@@ -8,7 +8,10 @@ from django.utils import timezone
 
 class ApiTokenQuerySet(models.QuerySet):
     def live(self):
-        return self.filter(revoked_at__isnull=True)
+        """Neither revoked nor expired."""
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
+        )
 
 
 class ApiToken(models.Model):
@@ -23,6 +26,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # None: valid until revoked.
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -37,10 +42,22 @@ class ApiToken(models.Model):
         return hashlib.sha256(key.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user, name=""):
+    def issue(cls, user, name="", expires_at=None):
         """Create a token; returns (token, key). The key is shown once and never stored."""
         key = "jst_" + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            user=user, name=name, prefix=key[:12], key_hash=cls.hash_key(key)
+            user=user,
+            name=name,
+            prefix=key[:12],
+            key_hash=cls.hash_key(key),
+            expires_at=expires_at,
         )
         return token, key
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at and self.expires_at <= timezone.now():
+            return "expired"
+        return "live"

@@ -235,6 +235,11 @@ ERRORS = {
         "Not staff, lacking jobs.operate_job for an action, or a session POST without CSRF.",
         "Error",
     ),
+    "413": _json(
+        "A body larger than the server reads (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB by default).",
+        "Error",
+    ),
+    "500": _json("The server failed; the error is logged with its traceback.", "Error"),
 }
 NOT_FOUND = {"404": _json("No job has this id.", "Error")}
 RERUN_BODY = {

@@ -33,7 +33,9 @@ urlpatterns = [
     path("limits/set/", limit_views.set_limit, name="limit_set"),
     path("limits/clear/", limit_views.clear_limit, name="limit_clear"),
     path("tasks/", views.task_list, name="tasks"),
-    path("tasks/<path:task_path>/", views.task_detail, name="task"),
+    # Any stored task path reverses, newlines and all: a row written by raw SQL or another
+    # tool must not take the page listing it down.
+    re_path(r"^tasks/(?P<task_path>[\s\S]+)/$", views.task_detail, name="task"),
     path("no-access/", views.no_access, name="no_access"),
 ]
 urlpatterns += [

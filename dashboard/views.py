@@ -7,13 +7,12 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import StreamingHttpResponse
+from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -36,6 +35,7 @@ from .forms import (
 )
 from .pages import console_page, list_status, render_page
 from .permissions import can_view
+from .redirects import safe_next
 
 SOURCE = "dashboard"
 # How long a Rerun form's token is remembered, so resubmitting that form cannot run twice.
@@ -233,7 +233,7 @@ def discard(request, job_id):
         target = reverse("dashboard:jobs")
     if request.htmx:
         return HttpResponseClientRedirect(target)
-    return redirect(target)
+    return HttpResponseRedirect(target)
 
 
 @require_POST
@@ -373,7 +373,7 @@ def _report(request, result, job_id):
 
 
 def _back(request, job_id):
-    return redirect(_back_url(request, job_id))
+    return HttpResponseRedirect(_back_url(request, job_id))
 
 
 def _back_url(request, job_id):
@@ -382,12 +382,7 @@ def _back_url(request, job_id):
 
 def _next(request):
     """The page a form came from (its `next` field), when it is one of ours."""
-    target = request.POST.get("next", "")
-    if "\x00" in target or not url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return None
-    return target
+    return safe_next(request, request.POST.get("next"))
 
 
 def _list_url(filters: dict) -> str:

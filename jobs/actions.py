@@ -14,8 +14,10 @@ from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from . import db, payload
+from . import db, moments, payload
+from .errors import JobCancelled
 from .models import AuditEntry, Job
+from .retry import MAX_ATTEMPTS
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 
 # The sources of each action, from the transition table (jobs.states).
@@ -55,10 +57,9 @@ def _job_id(job_or_id):
 def _audit(job_id, action, outcome, *, user=None, source="python", result_job_id=None, record=True):
     if not record:
         return
-    AuditEntry.objects.create(
+    AuditEntry.record(
         job_id=job_id,
-        user=user if getattr(user, "pk", None) else None,
-        username=getattr(user, "get_username", lambda: "")() if user else "",
+        user=user,
         action=action,
         source=source,
         outcome=outcome,
@@ -108,7 +109,7 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
             changed,
             done="job put back in line",
             refused_in=RETRYABLE,
-            refusal="job used all 100 attempts; rerun it instead",
+            refusal=f"job used all {MAX_ATTEMPTS} attempts; rerun it instead",
             audit={"user": user, "source": source, "record": record},
         )
 
@@ -117,8 +118,8 @@ def _put_back_in_line(job_id) -> int:
     # A savepoint: a dedup_key conflict rolls back this update only (PostgreSQL would otherwise
     # refuse every later statement of the transaction).
     with transaction.atomic():
-        # attempt < 100: a job that used the largest allowed number of attempts can only rerun.
-        return Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=100).update(
+        # A job that used the largest allowed number of attempts can only rerun.
+        return Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=MAX_ATTEMPTS).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
             finished_at=None,
@@ -133,7 +134,8 @@ def _put_back_in_line(job_id) -> int:
             cancel_requested_at=None,
             # Exhausted jobs get one more attempt; the history of attempts is kept as it is.
             max_attempts=Least(
-                100, F("max_attempts") + (F("attempt") + 1 - F("max_attempts")) * _exhausted()
+                MAX_ATTEMPTS,
+                F("max_attempts") + (F("attempt") + 1 - F("max_attempts")) * _exhausted(),
             ),
         )
 
@@ -187,6 +189,10 @@ def rerun_job(
         earlier = _earlier_rerun(request_key)
         if earlier is not None:
             return earlier
+    if edited:
+        args, kwargs = payload.check_arguments(
+            original.args if args is None else args, original.kwargs if kwargs is None else kwargs
+        )
     if original.state not in RERUNNABLE:
         message = f"job is {_words(original.state)}; only finished jobs can be rerun"
         _audit(original.id, "rerun", message, user=user, source=source)
@@ -210,10 +216,9 @@ def rerun_job(
                     "rerun_of_id": original.id,
                 }
             )
-            AuditEntry.objects.create(
+            AuditEntry.record(
                 job_id=original.id,
-                user=user if getattr(user, "pk", None) else None,
-                username=user.get_username() if user else "",
+                user=user,
                 action="rerun",
                 source=source,
                 outcome="new run enqueued",
@@ -255,10 +260,11 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
         return ActionResult(False, "no such job")
     now = timezone.now()
     with transaction.atomic():
+        moments.repair_stored(job_id)  # the answer reads the job back
         changed = Job.objects.filter(id=job_id, state__in=CANCELLABLE).update(
             state=JobState.CANCELLED,
             finished_at=now,
-            error_type="Cancelled",
+            error_type=JobCancelled.__name__,
             error_message="cancelled by an operator",
             cancel_requested_at=now,
         )
@@ -314,6 +320,7 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
     if job_id is None:
         return ActionResult(False, "no such job")
     with transaction.atomic():
+        moments.repair_stored(job_id)  # deleting reads the job and the rows pointing at it
         # A guarded no-op write first: it locks the row (PostgreSQL) or the database (SQLite), so
         # the state cannot change between this check and the delete.
         held = Job.objects.filter(id=job_id, state__in=DISCARDABLE).update(
@@ -328,9 +335,8 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
             return ActionResult(False, message, job=job)
         Job.objects.filter(id=job_id).delete()
         if record:
-            AuditEntry.objects.create(
-                user=user if getattr(user, "pk", None) else None,
-                username=user.get_username() if getattr(user, "pk", None) else "",
+            AuditEntry.record(
+                user=user,
                 action="discard",
                 source=source,
                 outcome="job and its attempts deleted",

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import db, payload, retry
+from . import db, moments, payload, retry
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -20,6 +20,7 @@ from .compat import (
     task_enqueued,
 )
 from .errors import DuplicateJob
+from .names import check_queue_name
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
@@ -99,6 +100,10 @@ class JobsBackend(BaseTaskBackend):
                 raise InvalidTask("not_after must be a datetime")
             if settings.USE_TZ and timezone.is_naive(task.not_after):
                 raise InvalidTask("not_after must be an aware datetime.")
+        for name in ("run_after", "not_after"):
+            value = getattr(task, name)
+            if isinstance(value, datetime) and (why := moments.refusal(name, value)):
+                raise InvalidTask(why)
         if task.dedup_key is not None and (
             not isinstance(task.dedup_key, str)
             or not 0 < len(task.dedup_key) <= 255
@@ -107,8 +112,10 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
         if task.on_crash not in ON_CRASH_CHOICES:
             raise InvalidTask(f"on_crash must be one of {ON_CRASH_CHOICES}, not {task.on_crash!r}")
-        if len(task.queue_name) > 100 or not task.queue_name:
-            raise InvalidTask("queue_name must be 1 to 100 characters")
+        try:
+            check_queue_name(task.queue_name)
+        except ValueError as e:
+            raise InvalidTask(f"queue_name {e}") from None
         if task.limit_key is not None and not callable(task.limit_key):
             check_limit_key(task.limit_key, InvalidTask)
 
@@ -123,8 +130,7 @@ class JobsBackend(BaseTaskBackend):
     # --- enqueue ----------------------------------------------------------------------------
 
     def _row(self, task, args, kwargs):
-        args = payload.check_json(list(args), "args")
-        kwargs = payload.check_json(dict(kwargs), "kwargs")
+        args, kwargs = payload.check_arguments(args, kwargs)
         return {
             "id": uuid.uuid4(),
             "task_path": task.module_path,
@@ -183,14 +189,7 @@ class JobsBackend(BaseTaskBackend):
                     for job_id in self.enqueue_many(task.using(limit_key=key), group)
                 ]
         template = self._row(task, (), {})
-        batch = [
-            (
-                uuid.uuid4(),
-                payload.check_json(list(args), "args"),
-                payload.check_json(dict(kwargs), "kwargs"),
-            )
-            for args, kwargs in calls
-        ]
+        batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
         db.insert_job_batch(template, batch)
         ids = [job_id for job_id, _, _ in batch]
         if self.eager:

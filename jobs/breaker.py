@@ -41,7 +41,7 @@ def trip(queues, limits) -> list[str]:
         try:
             with transaction.atomic():
                 PausedQueue.objects.create(name=queue, paused_by=PAUSED_BY)
-                AuditEntry.objects.create(
+                AuditEntry.record(
                     action="pause queue", source="breaker", outcome=outcome, subject=queue
                 )
         except IntegrityError:

@@ -79,9 +79,8 @@ def run(
             )
             yield BulkResult(matched=matched, applied=applied)
     finally:
-        AuditEntry.objects.create(
-            user=user if getattr(user, "pk", None) else None,
-            username=user.get_username() if getattr(user, "pk", None) else "",
+        AuditEntry.record(
+            user=user,
             action=f"bulk {action}",
             source=source,
             outcome=f"{applied:,} of {matched:,} matching jobs changed",

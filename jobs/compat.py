@@ -22,6 +22,15 @@ try:
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:  # Django < 6.0: the backport.
+    from importlib.util import find_spec
+
+    if find_spec("django_tasks") is None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "jobsite on Django 5.2 needs the django-tasks backport (Django 6 has it built in): "
+            'pip install "jobsite[django52]" "Django>=5.2,<6.0"'
+        ) from None
     from django_tasks import (
         TaskContext,
         TaskResult,

@@ -21,6 +21,13 @@ class Unrecoverable(Exception):
     """Raise from a task to dead-letter its job at once, skipping the remaining attempts."""
 
 
+class ResultTooLarge(Unrecoverable):
+    """The task returned a value over the size limit (jobs.payload.MAX_BYTES) as JSON.
+
+    Unrecoverable: another attempt would redo the task's work only to return as much again.
+    """
+
+
 class DuplicateJob(Exception):
     """A non-terminal job already holds this dedup_key."""
 
@@ -52,7 +59,3 @@ class PoisonJob(Exception):
 
 class ExecutorCrashed(Exception):
     """The process running the attempt died under it (segfault, os._exit, out-of-memory kill)."""
-
-
-class BackoffFailed(Exception):
-    """The task's custom backoff callable raised; no next attempt could be planned."""

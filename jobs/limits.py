@@ -226,14 +226,8 @@ def _username(user) -> str:
 def _audit(name, action, outcome, detail, *, user=None, source="python"):
     from .models import AuditEntry
 
-    AuditEntry.objects.create(
-        user=user if getattr(user, "pk", None) else None,
-        username=_username(user),
-        action=action,
-        source=source,
-        outcome=outcome,
-        subject=name,
-        detail=detail,
+    AuditEntry.record(
+        user=user, action=action, outcome=outcome, source=source, subject=name, detail=detail
     )
 
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import db, limits
+from . import db, limits, moments
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -31,6 +31,9 @@ def run_due(worker_id: str, *, round: int) -> None:
     recover_expired_leases(worker_id)
     db.expire_not_after()
     db.settle_orphaned_continuations()
+    if round == 1:
+        # Rows written before times were checked at enqueue; none can be written since.
+        moments.repair_stored()
     if round % PRUNE_STARTS_EVERY == 1:
         limits.prune_starts()
     if round % SLOW_CHORES_EVERY == 1:

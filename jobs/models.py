@@ -11,6 +11,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from .names import QUEUE_NAME_MAX
+from .retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 from .states import (
     ACTIVE,
     CLAIMABLE,
@@ -64,7 +66,7 @@ class Job(models.Model):
     backend = models.CharField(max_length=100, default="default")
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    queue_name = models.CharField(max_length=100, default="default")
+    queue_name = models.CharField(max_length=QUEUE_NAME_MAX, default="default")
     priority = models.SmallIntegerField(default=0)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     attempt = models.PositiveIntegerField(default=0)
@@ -122,7 +124,7 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 name="job_max_attempts_range",
-                condition=Q(max_attempts__gte=1, max_attempts__lte=100),
+                condition=Q(max_attempts__gte=MIN_ATTEMPTS, max_attempts__lte=MAX_ATTEMPTS),
             ),
             models.CheckConstraint(
                 name="job_priority_range", condition=Q(priority__gte=-100, priority__lte=100)
@@ -219,10 +221,6 @@ class Job(models.Model):
     def is_terminal(self):
         return self.state in TERMINAL
 
-    @property
-    def task_name(self):
-        return self.task_path.rsplit(".", 1)[-1]
-
 
 class Attempt(models.Model):
     """One execution of a job. Append-only: written once, when the attempt ends."""
@@ -300,6 +298,20 @@ class AuditRecord(models.Model):
     class Meta:
         abstract = True
 
+    @classmethod
+    def record(cls, *, user=None, action: str, outcome: str, source: str = "python", **fields):
+        """Write one entry: the one place that says how an acting user is kept (a saved user
+        by reference and name; anyone else, or no one, as no one)."""
+        known = getattr(user, "pk", None) is not None
+        return cls.objects.create(
+            user=user if known else None,
+            username=user.get_username() if known else "",
+            action=action,
+            source=source,
+            outcome=outcome,
+            **fields,
+        )
+
 
 class AuditEntry(AuditRecord):
     """Who did what to a job, from the console, the API or Python."""
@@ -339,7 +351,7 @@ class AuditEntry(AuditRecord):
 class PausedQueue(models.Model):
     """A queue workers claim nothing from until it is resumed (see `jobs.queues`)."""
 
-    name = models.CharField(max_length=100, primary_key=True)
+    name = models.CharField(max_length=QUEUE_NAME_MAX, primary_key=True)
     paused_at = models.DateTimeField(default=timezone.now)
     paused_by = models.CharField(max_length=150, blank=True, default="")
 
@@ -417,7 +429,7 @@ class JobCountDelta(models.Model):
     Written by database triggers on PostgreSQL, never by Python code.
     """
 
-    queue_name = models.CharField(max_length=100)
+    queue_name = models.CharField(max_length=QUEUE_NAME_MAX)
     state = models.CharField(max_length=16)
     n = models.BigIntegerField()
 

@@ -14,7 +14,7 @@ from . import retry, signals
 from .compat import TaskError, TaskResult, TaskResultStatus
 from .db import Claimed, Finish
 from .errortext import describe, for_log
-from .states import AttemptOutcome, DeadLetterReason, JobState
+from .states import CANCEL_OVERRIDES, AttemptOutcome, DeadLetterReason, JobState
 from .tasks import load_task
 
 logger = logging.getLogger("jobs.worker")
@@ -234,7 +234,19 @@ class Outcome:
 
 
 def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False) -> Finish:
-    """The one retry decision: what state the job goes to after this attempt."""
+    """The one retry decision: what state the job goes to after this attempt.
+
+    A cancel requested while the attempt ran wins over however it ended
+    (`states.CANCEL_OVERRIDES`); a job handed back unstarted had no attempt, and the finishing
+    statement ends it cancelled from the row's own request.
+    """
+    finish = _ending(claimed, ran, worker_id)
+    if cancel_requested and finish.outcome is not None and finish.state in CANCEL_OVERRIDES:
+        return Outcome.cancelled(claimed, ran, worker_id)
+    return finish
+
+
+def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
     if ran.kind == "released":
         return Outcome.released(claimed, worker_id)
     if ran.kind == "ok":
@@ -243,8 +255,6 @@ def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False
         return Outcome.dead_letter(
             claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
         )
-    if cancel_requested:
-        return Outcome.cancelled(claimed, ran, worker_id)
     if ran.kind == AttemptOutcome.SNOOZED:
         if claimed.snoozes >= max_snoozes(claimed.backend):
             return Outcome.dead_letter(

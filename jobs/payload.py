@@ -7,6 +7,28 @@ import json
 import math
 from collections.abc import Mapping
 
+# A job's arguments (args and kwargs together) and its return value are each at most this many
+# bytes of JSON text. They travel through the database, the worker and an executor's pipe, and
+# the console shows them: large data belongs in storage, with its key passed instead.
+MAX_BYTES = 1_048_576
+
+
+def check_arguments(args, kwargs) -> tuple[list, dict]:
+    """Raise TypeError/ValueError unless `args` and `kwargs` are plain JSON within MAX_BYTES;
+    return them normalised (a list and a dict)."""
+    args = check_json(list(args), "args")
+    kwargs = check_json(dict(kwargs), "kwargs")
+    check_size(len(dumps(args)) + len(dumps(kwargs)), "args and kwargs")
+    return args, kwargs
+
+
+def check_size(size: int, what: str):
+    if size > MAX_BYTES:
+        raise ValueError(
+            f"{what} take {size:,} bytes as JSON, over the limit of {MAX_BYTES:,} (1 MiB): "
+            "store large data elsewhere (a file, a row) and pass its key"
+        )
+
 
 def check_json(value, where="arguments"):
     """Raise TypeError/ValueError unless `value` is plain JSON; return it normalised.

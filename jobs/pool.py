@@ -31,6 +31,8 @@ IDLE = -1.0
 # How often the child checks that its worker is alive and its job's lease still holds.
 WATCH_INTERVAL = 0.05
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# Seconds a closing executor is given to take the rest of what was written to it.
+CLOSE_TIMEOUT = 2.0
 
 # Dispatch: a job waits behind another in an executor only when both are known short.
 SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "short"
@@ -107,13 +109,9 @@ class Executor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child_conn.close()
-        # The outcomes are read in bulk: every message waiting is taken in one read, and the
-        # bytes of one not yet complete wait here for the rest.
-        self._inbox = bytearray()
-        self._outbox: list[bytes] = []
-        self._readable = select.poll()
-        self._readable.register(self.conn.fileno(), select.POLLIN)
-        self.started_at = time.monotonic()
+        self.channel = Channel(self.conn)
+        # Outcomes read while closing, handed over by the next `receive`.
+        self._received: list = []
         # seq -> Claimed, in the order sent; the child runs them in this order.
         self.inflight: dict[int, object] = {}
         # seq -> estimated seconds of a known-short job here; None for any other job.
@@ -170,21 +168,20 @@ class Executor:
         idle = not self.inflight
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
-        self._outbox.append(_framed(_dumps((seq, *_job_codec().flat(claimed)))))
-        if idle or len(self._outbox) >= SEND_EVERY:
+        self.channel.queue(_dumps((seq, *_job_codec().flat(claimed))))
+        if idle or self.channel.queued >= SEND_EVERY:
             self.flush()
 
+    @property
+    def unsent(self) -> bool:
+        """Bytes wait for the pipe to take them: the worker's loop waits for it to be writable."""
+        return self.channel.unsent
+
     def flush(self):
-        """Write the jobs sent here and not yet written; a broken pipe marks it broken (the
-        jobs in flight here are then settled as for a crash)."""
-        if not self._outbox:
-            return
-        data = memoryview(b"".join(self._outbox))
-        self._outbox.clear()
+        """Write what the pipe takes now of the jobs sent here (the rest waits in `unsent`); a
+        broken pipe marks it broken (the jobs in flight here are then settled as for a crash)."""
         try:
-            fd = self.conn.fileno()
-            while data:
-                data = data[os.write(fd, data) :]
+            self.channel.flush()
         except OSError:  # BrokenPipeError included
             self.broken = True
 
@@ -214,19 +211,15 @@ class Executor:
 
     def receive(self) -> list:
         """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
-        results = []
+        results, self._received = self._received, []
         try:
-            fd = self.conn.fileno()
-            while self._readable.poll(0):
-                data = os.read(fd, READ_SIZE)
-                if not data:
-                    raise EOFError
-                self._inbox += data
-                for message in _messages(self._inbox):
-                    seq, *values = pickle.loads(message)
-                    results.append((seq, _ran_codec().build(values)))
-                    self.completed += 1
-        except (EOFError, OSError, pickle.UnpicklingError):
+            for message in self.channel.read():
+                seq, *values = pickle.loads(message)
+                results.append((seq, _ran_codec().build(values)))
+                self.completed += 1
+        except pickle.UnpicklingError:
+            self.broken = True
+        if self.channel.closed:
             self.broken = True
         return results
 
@@ -251,13 +244,22 @@ class Executor:
         self.conn.close()
         return results
 
-    def close(self):
-        """Ask the child to exit once it has answered what it was sent."""
-        self.flush()
-        try:
-            self.conn.send_bytes(_dumps(None))
-        except (BrokenPipeError, EOFError, OSError):
-            self.broken = True
+    def close(self, timeout: float = CLOSE_TIMEOUT):
+        """Ask the child to exit once it has answered what it was sent.
+
+        What the pipe does not take at once is written for up to `timeout` seconds, reading
+        the child's outcomes meanwhile (kept for the next `receive`), so that neither side
+        waits on the other; a child still not told by then is killed by the caller.
+        """
+        self.channel.queue(_dumps(None))
+        deadline = time.monotonic() + timeout
+        while not self.broken:
+            self.flush()
+            left = deadline - time.monotonic()
+            if not self.unsent or left <= 0:
+                return
+            if self.channel.wait(min(left, 0.05)):
+                self._received += self.receive()
 
     def exit_description(self) -> str:
         """How the child ended, in words: "was killed by SIGSEGV", "exited with code 3"."""
@@ -271,6 +273,74 @@ class Executor:
                 name = f"signal {-code}"
             return f"was killed by {name}"
         return f"exited with code {code}"
+
+
+class Channel:
+    """The worker's end of an executor's pipe: framed messages out, framed messages in, and
+    never a blocking call.
+
+    The worker must not block writing: the child may itself be blocked writing a large outcome,
+    which only the worker's loop can read. What the pipe does not take at once waits here
+    (`unsent`) until the loop sees the pipe writable again. Messages coming back are read in
+    bulk, and the bytes of one not yet complete wait for the rest.
+    """
+
+    def __init__(self, conn):
+        self.fd = conn.fileno()
+        os.set_blocking(self.fd, False)
+        self._outbox: list[bytes] = []
+        self._unsent = bytearray()
+        self._inbox = bytearray()
+        self.closed = False
+        self._readable = select.poll()
+        self._readable.register(self.fd, select.POLLIN)
+        self._both = select.poll()
+        self._both.register(self.fd, select.POLLIN | select.POLLOUT)
+
+    def queue(self, message: bytes):
+        """Add a message to the next `flush`."""
+        self._outbox.append(_framed(message))
+
+    @property
+    def queued(self) -> int:
+        return len(self._outbox)
+
+    @property
+    def unsent(self) -> bool:
+        return bool(self._unsent or self._outbox)
+
+    def flush(self):
+        """Write what the pipe takes now; raises OSError (BrokenPipeError) once it is broken."""
+        if self._outbox:
+            self._unsent += b"".join(self._outbox)
+            self._outbox.clear()
+        try:
+            while self._unsent:
+                del self._unsent[: os.write(self.fd, self._unsent)]
+        except BlockingIOError:
+            pass  # full: the rest goes out once the other side has read some
+
+    def read(self) -> list[bytes]:
+        """Every complete message that has arrived; `closed` is set once the other end closed
+        (the messages it sent before that still come out)."""
+        while not self.closed and self._readable.poll(0):
+            try:
+                data = os.read(self.fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.closed = True
+            self._inbox += data
+        return _messages(self._inbox)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until the pipe is writable or readable; True when there is something to read."""
+        ready = self._both.poll(timeout * 1000)
+        return any(
+            events & (select.POLLIN | select.POLLHUP | select.POLLERR) for _, events in ready
+        )
 
 
 # Jobs queued behind a running one are written to its executor this many at a time.

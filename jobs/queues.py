@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from . import db, state_counts
 from .models import Attempt, AuditEntry, PausedQueue
+from .names import check_queue_name
 from .states import is_failed_attempt
 
 # The last hour's attempts are counted one by one up to this many; beyond it, "more than".
@@ -26,9 +27,8 @@ LAST_HOUR_SAMPLE = 1_000
 
 
 def _audit(name, action, outcome, *, user=None, source="python"):
-    AuditEntry.objects.create(
-        user=user if getattr(user, "pk", None) else None,
-        username=user.get_username() if getattr(user, "pk", None) else "",
+    AuditEntry.record(
+        user=user,
         action=action,
         source=source,
         outcome=outcome,
@@ -36,15 +36,16 @@ def _audit(name, action, outcome, *, user=None, source="python"):
     )
 
 
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not name or len(name) > 100 or "\x00" in name:
-        raise ValueError("a queue name is 1-100 characters without NUL")
-    return name
+def _checked(name) -> str:
+    try:
+        return check_queue_name(name)
+    except ValueError as e:
+        raise ValueError(f"a queue name {e}") from None
 
 
 def pause(name: str, *, user=None, source="python") -> bool:
     """Pause queue `name`; returns False when it was already paused."""
-    name = _check_name(name)
+    name = _checked(name)
     username = user.get_username() if getattr(user, "pk", None) else ""
     try:
         with transaction.atomic():
@@ -57,7 +58,7 @@ def pause(name: str, *, user=None, source="python") -> bool:
 
 def resume(name: str, *, user=None, source="python") -> bool:
     """Resume queue `name`; returns False when it was not paused."""
-    name = _check_name(name)
+    name = _checked(name)
     with transaction.atomic():
         deleted, _ = PausedQueue.objects.filter(name=name).delete()
         if deleted:

@@ -12,7 +12,7 @@ import logging
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, Snooze, Unrecoverable
+from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
 from .states import DeadLetterReason
@@ -121,6 +121,11 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
         else:
             value = task.call(*args, **kwargs)
         return_json = payload.dumps(payload.check_json(value, "return value"))
+        if len(return_json) > payload.MAX_BYTES:
+            raise ResultTooLarge(
+                f"the return value takes {len(return_json):,} bytes as JSON, over the limit of "
+                f"{payload.MAX_BYTES:,} (1 MiB): store it elsewhere and return its key"
+            )
     except Snooze as snooze:
         return Ran(
             claimed.id, "snoozed", delay=snooze.seconds, started_at=started, finished_at=now()

@@ -35,6 +35,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from . import db, payload
+from .names import check_queue_name
 
 logger = logging.getLogger("jobs.schedules")
 
@@ -187,8 +188,9 @@ def parse(name, raw, backend) -> ScheduleSpec:
         values["every"] = float(every)
 
     try:
-        values["args"] = payload.check_json(list(raw.get("args", [])), "args")
-        values["kwargs"] = payload.check_json(dict(raw.get("kwargs", {})), "kwargs")
+        values["args"], values["kwargs"] = payload.check_arguments(
+            raw.get("args", []), raw.get("kwargs", {})
+        )
     except (TypeError, ValueError) as e:
         raise fail(f"args and kwargs must be a list and a dict of JSON values: {e}") from None
     missed = raw.get("missed", "latest")
@@ -203,8 +205,11 @@ def parse(name, raw, backend) -> ScheduleSpec:
             raise fail(f"{key} must be a whole number from {low} to {high}, not {value!r}")
         values[key] = value
     queue = raw.get("queue_name")
-    if queue is not None and (not isinstance(queue, str) or not 0 < len(queue) <= 100):
-        raise fail(f"queue_name must be 1 to 100 characters, not {queue!r}")
+    if queue is not None:
+        try:
+            check_queue_name(queue)
+        except ValueError as e:
+            raise fail(f"queue_name {e}") from None
     values["queue_name"] = queue
 
     spec = ScheduleSpec(**values)
@@ -379,9 +384,11 @@ class Plan:
 def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Plan | None:
     """Which of the fire times in (after, now] to enqueue; None when none is due.
 
-    Fire times within `grace` seconds of now are on time and always enqueued. Older ones were
-    missed: `skip` drops them, `latest` enqueues the most recent of them, `all` enqueues each
-    (the MAX_CATCH_UP most recent), oldest first.
+    Fire times within `grace` seconds of now are on time: with no older one due, each is
+    enqueued (a busy worker may tick a little late). An older one means no worker ran for a
+    while, and the policy decides for everything that passed meanwhile: `latest` enqueues one
+    job, for the most recent fire time (late or on time); `skip` only the on-time ones; `all`
+    each (the MAX_CATCH_UP most recent late ones, and the on-time ones), oldest first.
     """
     due = fire_times_between(spec, after, now, keep=MAX_CATCH_UP + 1)
     if not due.count:
@@ -389,18 +396,14 @@ def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Pl
     cutoff = now - timedelta(seconds=grace)
     on_time = [t for t in due.recent if t >= cutoff]
     late = [t for t in due.recent if t < cutoff]
-    late_count = due.count - len(on_time)
-    if spec.missed == "all":
-        catch_up = late[-MAX_CATCH_UP:]
+    outage = due.count > len(on_time)
+    if not outage or spec.missed == "skip":
+        fire = on_time
     elif spec.missed == "latest":
-        catch_up = late[-1:]
+        fire = due.recent[-1:]
     else:
-        catch_up = []
-    return Plan(
-        fire=catch_up + on_time,
-        missed=late_count - len(catch_up),
-        last_fire_at=due.recent[-1],
-    )
+        fire = late[-MAX_CATCH_UP:] + on_time
+    return Plan(fire=fire, missed=due.count - len(fire), last_fire_at=due.recent[-1])
 
 
 # --- firing ---------------------------------------------------------------------------------
@@ -639,10 +642,9 @@ def trigger_schedule(name, *, user=None, source="python", backend=None) -> Sched
 def _audit(name, action, outcome, *, user=None, source="python", job_id=None):
     from .models import ScheduleAuditEntry
 
-    ScheduleAuditEntry.objects.create(
+    ScheduleAuditEntry.record(
         schedule=name,
-        user=user if getattr(user, "pk", None) else None,
-        username=user.get_username() if user is not None and hasattr(user, "get_username") else "",
+        user=user,
         action=action,
         source=source,
         outcome=outcome,

@@ -114,11 +114,12 @@ WAITING = tuple(sorted(set(sources_of(JobState.CANCELLED)) - {JobState.RUNNING})
 RETRYABLE = tuple(s for s in sources_of(JobState.PENDING) if s in TERMINAL)
 # Rerun (a new row) and discard (deleting the row) take any finished job.
 RERUNNABLE = DISCARDABLE = tuple(sorted(TERMINAL))
-# How a running job may end; a cancel requested meanwhile wins over every one of these but a
-# dead letter (the job ends cancelled instead of succeeding, retrying or going back to pending).
-CANCEL_OVERRIDES = tuple(
-    sorted(TRANSITIONS[JobState.RUNNING] - {JobState.DEAD_LETTER, JobState.CANCELLED})
-)
+# How a running job may end. A cancel requested while it runs is final, and this is the one
+# place that says so: however the attempt ends (success, a retry, a dead letter of any reason,
+# a hand-back) the job ends cancelled, whether or not its worker noticed the request before the
+# attempt ended. The worker's decision (jobs.outcome.decide) and the finishing statement
+# (jobs.db) both derive from this.
+CANCEL_OVERRIDES = tuple(sorted(TRANSITIONS[JobState.RUNNING] - {JobState.CANCELLED}))
 
 # What counts as a failed attempt, everywhere: the jobs_failed counter, the console's failure
 # counts and rates, the metrics. An attempt handed back at shutdown was cut short, not a success.

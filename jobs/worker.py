@@ -7,6 +7,7 @@ so a worker that lost a lease (it stalled and another recovered the job) changes
 
 import logging
 import os
+import select
 import signal
 import socket
 import time
@@ -270,19 +271,32 @@ class Worker:
         return timeout
 
     def _wait(self, timeout):
-        waitables = [self.wake_r]
+        """Wait up to `timeout` seconds for an outcome, a dead executor, a pipe that takes
+        the rest of a job written to it, a wake-up (signal) or a NOTIFY; then serve them."""
+        poller = select.poll()
+        poller.register(self.wake_r.fileno(), select.POLLIN)
+        pipes, sentinels = {}, {}
         for e in self.executors:
-            waitables += [e.conn, e.sentinel]
+            pipes[e.conn.fileno()] = e
+            poller.register(e.conn.fileno(), select.POLLIN | (select.POLLOUT if e.unsent else 0))
+            sentinels[e.sentinel] = e
+            poller.register(e.sentinel, select.POLLIN)
         listen_fd = self.listener.fileno_or_none() if self.listener and not self.stopping else None
         if listen_fd is not None:
-            waitables.append(listen_fd)
-        for ready in wait(waitables, timeout):
-            if ready is self.wake_r:
+            poller.register(listen_fd, select.POLLIN)
+        for fd, events in poller.poll(max(0.0, timeout) * 1000):
+            if fd == self.wake_r.fileno():
                 self._drain_wakeups()
-            elif listen_fd is not None and ready == listen_fd:
+            elif fd == listen_fd:
                 self.listener.drain()
-            else:
-                self._from_executor(ready)
+            elif fd in pipes:
+                executor = pipes[fd]
+                if events & select.POLLOUT and executor in self.executors:
+                    executor.flush()
+                if events & ~select.POLLOUT:
+                    self._from_executor(executor)
+            elif fd in sentinels:
+                self._from_executor(sentinels[fd], exited=True)
         # Outcomes that arrived meanwhile from the others go into the same write.
         for executor in list(self.executors):
             if executor in self.executors:
@@ -389,12 +403,11 @@ class Worker:
             logger.info("claimed %d jobs", self.unlogged_claims)
         self.unlogged_claims, self.last_claim_log = 0, now
 
-    def _from_executor(self, ready):
-        executor = next((e for e in self.executors if ready is e.conn or ready == e.sentinel), None)
-        if executor is None:
-            return
+    def _from_executor(self, executor, exited=False):
+        if executor not in self.executors:
+            return  # replaced while this round's events were served
         self._drain(executor)
-        if executor in self.executors and ready == executor.sentinel and not executor.alive():
+        if executor in self.executors and exited and not executor.alive():
             self._on_executor_died(executor)
 
     def _drain(self, executor):
@@ -600,6 +613,14 @@ class Worker:
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
         if f.state == JobState.SUCCEEDED:
             logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
+        elif f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
+            logger.info(
+                "job %s (%s) interrupted by the worker's shutdown on attempt %s; back in line, "
+                "the attempt given back",
+                f.job_id,
+                path,
+                attempt,
+            )
         elif f.state == JobState.RETRYING:
             logger.warning(
                 "job %s (%s) failed attempt %s: %s; retrying in %.1fs",

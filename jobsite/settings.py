@@ -282,6 +282,10 @@ LOGGING = {
             "level": os.environ.get("JOBSITE_LOG_LEVEL", "INFO"),
             "propagate": False,
         },
+        # A 500's traceback, to the same stream as the worker's lines (standard error). Django's
+        # own handlers print these only with DEBUG on.
+        "django.request": {"handlers": ["worker"], "level": "ERROR", "propagate": False},
+        "dashboard": {"handlers": ["worker"], "level": "WARNING", "propagate": False},
         "django.tasks": {"level": "WARNING"},
         "django_tasks": {"level": "WARNING"},
     },

@@ -1,10 +1,11 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from .login import LoginView, LogoutView
+
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", LoginView.as_view(), name="login"),
+    path("logout/", LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("dashboard.urls")),
 ]

@@ -281,3 +281,8 @@ def snoozes_then_fails(context, key, times):
     if Job.objects.get(id=context.job_id).snoozes < times:
         raise Snooze(0)
     raise ValueError(f"{key} failed on attempt {context.attempt}")
+
+
+@task(backoff=NO_WAIT)
+def returns_text(size):
+    return "r" * size

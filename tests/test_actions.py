@@ -351,6 +351,8 @@ def test_rerun_with_only_kwargs_keeps_the_original_args():
         (["a\x00b"], None, ValueError),
         ([object()], None, TypeError),
         (None, {1: "non-string key"}, TypeError),
+        (["x" * 2_000_000], None, ValueError),
+        (None, {"big": "x" * 1_048_576}, ValueError),
     ],
 )
 def test_rerun_with_bad_arguments_is_a_clear_error_and_creates_nothing(args, kwargs, error):

@@ -6,7 +6,7 @@ Hypothesis adds raw query strings, paths and headers the document says nothing a
 """
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from urllib.parse import quote
 
 import pytest
@@ -20,7 +20,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from dashboard.openapi import document
 from dashboard.pagination import Cursor
+from jobs.compat import InvalidTask
 from jobs.states import JobState
+from tests import tasks
 from tests.factories import make_job
 from tests.test_api_support import bearer, make_user, token_for
 
@@ -168,3 +170,37 @@ def test_any_authorization_header_is_a_401_not_a_crash(client, operator, authori
 
     assert response.status_code == 401
     assert response.json()["error"]
+
+
+# --- times at the edges of what can be stored ----------------------------------------------------
+
+FIRST, LAST = datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59)
+
+
+def edge_time(last, hours, offset_minutes):
+    """Within three days of Python's first or last moment, at any UTC offset."""
+    naive = LAST - timedelta(hours=hours) if last else FIRST + timedelta(hours=hours)
+    return naive.replace(tzinfo=timezone(timedelta(minutes=offset_minutes)))
+
+
+EDGE_TIMES = st.builds(
+    edge_time,
+    st.booleans(),
+    st.integers(min_value=0, max_value=72),
+    st.sampled_from([-14 * 60, 14 * 60, 0]) | st.integers(min_value=-1439, max_value=1439),
+)
+
+
+@given(run_after=EDGE_TIMES, not_after=st.none() | EDGE_TIMES)
+@settings(FUZZ, max_examples=15)
+def test_a_time_at_the_edge_is_refused_at_enqueue_or_read_back_by_the_api(
+    client, operator, run_after, not_after
+):
+    try:
+        result = tasks.add.using(run_after=run_after, not_after=not_after).enqueue(1, 2)
+    except InvalidTask as refused:
+        assert "out of range" in str(refused)
+        return
+    assert client.get("/api/v1/jobs", headers=operator).status_code == 200
+    job = client.get(f"/api/v1/jobs/{result.id}", headers=operator).json()
+    assert datetime.fromisoformat(job["run_after"]) == run_after

@@ -117,7 +117,10 @@ def test_rerun_with_a_body_runs_the_new_arguments(client, operator_headers):
         '{"args": ["a\\u0000b"]}',
         '{"args": [], "extra": 1}',
         '{"args": [NaN]}',
+        # 2 MB of arguments: under the body limit, over the arguments' 1 MiB.
+        '{"args": ["' + "x" * 2_000_000 + '"]}',
     ],
+    ids=lambda body: body[:20],
 )
 def test_rerun_with_a_bad_body_is_a_400_and_creates_nothing(client, operator_headers, body):
     job = make_job(JobState.DEAD_LETTER)

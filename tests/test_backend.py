@@ -9,6 +9,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from jobs import payload
 from jobs.backend import JobTask
 from jobs.compat import (
     FRAMEWORK_SIGNALS,
@@ -128,6 +129,21 @@ def test_non_json_arguments_are_refused_and_nothing_is_stored(bad):
     with pytest.raises((TypeError, ValueError)):
         tasks.echo.enqueue(key=bad)
     assert not Job.objects.exists()
+
+
+def test_arguments_over_the_size_limit_are_refused_and_nothing_is_stored():
+    half = "x" * (payload.MAX_BYTES // 2)
+    with pytest.raises(ValueError, match="over the limit of 1,048,576"):
+        tasks.echo.enqueue(half, key=half)
+    with pytest.raises(ValueError, match="over the limit"):
+        tasks.echo.enqueue_many([((half, half), {})])
+    assert not Job.objects.exists()
+
+
+def test_arguments_just_within_the_size_limit_are_stored():
+    text = "x" * (payload.MAX_BYTES - len('[""]{}'))
+    result = tasks.echo.enqueue(text)
+    assert len(Job.objects.get(id=result.id).args[0]) == len(text)
 
 
 def test_tuples_are_stored_as_lists():

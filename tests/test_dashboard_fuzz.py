@@ -37,6 +37,8 @@ VALUES = (
     | st.uuids().map(lambda u: str(u)[:13])
     | st.sampled_from([s.value for s in JobState])
     | st.sampled_from(["9999-12-31T23:59:59-23:59", "MjAyNi0wMS0wMXxub3QtYS11dWlk"])
+    # `next` that is no path: a URL name, a bare fragment, the login page.
+    | st.sampled_from(["abc", "dashboard:overview", "#x", "/login/", "/login/?next=/login/"])
     | st.builds(Cursor, at=st.datetimes(timezones=st.just(UTC)), id=st.uuids()).map(Cursor.encode)
 )
 QUERIES = st.lists(st.tuples(st.sampled_from(NAMES) | TEXT, VALUES), max_size=5)

@@ -199,7 +199,9 @@ def test_edit_and_rerun_runs_the_new_arguments(operator_client):
         ("[NaN]", "{}", "NaN"),
         ('["a\\u0000b"]', "{}", "NUL"),
         ("[" * 100_000, "{}", "Nested too deeply"),
+        ('["' + "x" * 2_000_000 + '"]', "{}", "over the limit of 1,048,576"),
     ],
+    ids=lambda value: value[:20],
 )
 def test_edit_and_rerun_shows_bad_arguments_inline_and_creates_nothing(
     operator_client, args, kwargs, shown

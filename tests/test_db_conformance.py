@@ -342,6 +342,30 @@ def test_a_cancel_requested_while_running_wins_over_success(engine):
 
 
 @pytest.mark.django_db
+def test_a_cancel_requested_while_running_wins_over_a_dead_letter_the_worker_decided(engine):
+    due_job()
+    (c,) = claim()
+    Job.objects.filter(id=c.id).update(cancel_requested_at=timezone.now())
+    ended = finished(c, JobState.DEAD_LETTER, AttemptOutcome.FAILED)
+    (applied,) = db.finish([ended])
+    assert (applied.state, applied.outcome) == (JobState.CANCELLED, AttemptOutcome.CANCELLED)
+    job = Job.objects.get(id=c.id)
+    assert (job.state, job.dead_letter_reason) == (JobState.CANCELLED, "")
+    assert Attempt.objects.get(job=job).outcome == AttemptOutcome.CANCELLED
+    assert counters() == {"jobs_cancelled": 1}
+
+
+@pytest.mark.django_db
+def test_a_cancelled_job_keeps_no_return_value_from_its_last_attempt(engine):
+    due_job()
+    (c,) = claim()
+    Job.objects.filter(id=c.id).update(cancel_requested_at=timezone.now())
+    db.finish([finished(c, JobState.SUCCEEDED, AttemptOutcome.SUCCEEDED)])
+    job = Job.objects.get(id=c.id)
+    assert (job.state, job.return_value) == (JobState.CANCELLED, None)
+
+
+@pytest.mark.django_db
 def test_a_job_released_unstarted_goes_back_as_it_was(engine):
     due_job()
     (c,) = claim()

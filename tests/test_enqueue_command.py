@@ -87,6 +87,9 @@ def test_run_after_takes_an_iso_8601_time(given, expected):
         (["tests.tasks.NO_WAIT"], "not a task"),
         (["tests.tasks.echo", "NaN"], "not enqueued"),
         (["tests.tasks.echo", "--queue", "x" * 101], "not enqueued"),
+        (["tests.tasks.echo", "--run-after", "9999-12-31T23:59:59-14:00"], "out of range"),
+        (["tests.tasks.echo", "--run-after", "0001-01-01T00:00:00+14:00"], "out of range"),
+        (["tests.tasks.echo", "--run-after", "9999-12-31T00:00:00"], "out of range"),
     ],
 )
 def test_a_task_or_value_that_cannot_be_enqueued_is_an_error_with_exit_code_2(args, message):
@@ -104,6 +107,8 @@ def test_a_task_or_value_that_cannot_be_enqueued_is_an_error_with_exit_code_2(ar
         ["--kwargs", "[1, 2]"],
         ["--run-after", "tomorrow-ish"],
         ["--run-after", "+5y"],
+        ["--run-after", "+3000000d"],
+        ["--run-after", "+1" + "0" * 400 + "s"],
         ["--priority", "1000"],
         ["--max-attempts", "0"],
     ],
@@ -143,3 +148,15 @@ def test_an_enqueued_job_runs_through_the_worker(manage, run_worker):
     job = Job.objects.get(id=job_id)
     assert job.state == JobState.SUCCEEDED
     assert job.return_value == 42
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("when", ["+3000000d", "9999-12-31T23:59:59-14:00"])
+def test_from_a_shell_a_time_out_of_range_is_one_error_line_and_exit_2(manage, when):
+    proc = manage("enqueue", "tests.tasks.echo", "--run-after", when)
+
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "rror" in line]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not Job.objects.exists()

@@ -112,3 +112,28 @@ def test_metrics_answer_under_the_prefix(client):
 
     assert response.status_code == 200
     assert "jobs_enqueued" in response.content.decode()
+
+
+def test_django_5_2_without_its_backports_is_a_check_error_naming_the_extra():
+    from dashboard.apps import missing_backports
+
+    assert missing_backports(version=(6, 1), find=lambda module: None) == []
+    missing = missing_backports(version=(5, 2), find=lambda module: None)
+    assert missing == ["django-tasks", "django-template-partials"]
+    found = missing_backports(version=(5, 2), find=lambda m: m if m == "django_tasks" else None)
+    assert found == ["django-template-partials"]
+
+
+def test_this_django_has_what_it_needs():
+    from dashboard.apps import check_backports
+
+    assert check_backports() == []
+
+
+def test_the_check_error_says_which_packages_and_how_to_install_them(monkeypatch):
+    from dashboard import apps
+
+    monkeypatch.setattr(apps, "missing_backports", lambda: ["django-template-partials"])
+    (error,) = apps.check_backports()
+    assert error.id == "dashboard.E001" and "django-template-partials" in error.msg
+    assert 'pip install "jobsite[django52]" "Django>=5.2,<6.0"' in error.hint

@@ -76,6 +76,30 @@ def test_a_cancel_requested_while_it_ran_ends_the_job_cancelled():
     assert (f.state, f.outcome) == (JobState.CANCELLED, AttemptOutcome.CANCELLED)
 
 
+@pytest.mark.parametrize(
+    "ran",
+    [
+        lambda c: failed(c),  # the last attempt: exhausted
+        lambda c: failed(c, stop_reason=DeadLetterReason.UNRECOVERABLE),
+        lambda c: Ran(c.id, "poison", error_type="PoisonJob"),
+        lambda c: Ran(c.id, "crashed", error_type="ExecutorCrashed", stop_reason="crashed"),
+        lambda c: Ran(c.id, "ok", return_json="1"),
+    ],
+    ids=["exhausted", "unrecoverable", "poison", "crashed", "succeeded"],
+)
+def test_a_cancel_the_worker_noticed_wins_over_however_the_last_attempt_ended(ran):
+    c = claimed(attempt=3, max_attempts=3)
+    assert decide(c, ran(c), worker_id=WORKER).state != JobState.CANCELLED
+    f = decide(c, ran(c), worker_id=WORKER, cancel_requested=True)
+    assert (f.state, f.outcome) == (JobState.CANCELLED, AttemptOutcome.CANCELLED)
+
+
+def test_a_job_handed_back_unstarted_is_not_decided_cancelled_here():
+    c = claimed()
+    f = decide(c, Ran(c.id, "released"), worker_id=WORKER, cancel_requested=True)
+    assert f.state == JobState.PENDING and f.outcome is None
+
+
 def test_a_lost_attempt_is_retried_and_recorded_as_lost():
     c = claimed(attempt=1)
     f = decide(c, Ran(c.id, "lost", delay=3.0), worker_id=WORKER)

@@ -13,6 +13,7 @@ from jobs.pool import (
     PREFETCH_BUDGET,
     SEEN_BEFORE_SHORT,
     SEND_EVERY,
+    Channel,
     Dispatcher,
     Executor,
     mp_context,
@@ -38,7 +39,7 @@ def executors():
             e.inflight, e.estimates = {}, {}
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
-            e._outbox = []
+            e.channel, e._received = Channel(e.conn), []
             made.append(e)
         return made[-n:]
 

@@ -1,9 +1,14 @@
 """How the worker reads its executors' messages off the pipe (jobs/pool.py)."""
 
 import os
+import threading
+import time
 from multiprocessing import Pipe
 
-from jobs.pool import _framed, _messages
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.pool import Channel, _framed, _messages
 
 
 def test_messages_read_in_pieces_come_out_whole_and_in_order():
@@ -35,3 +40,43 @@ def test_jobs_framed_by_the_worker_are_read_by_the_child_one_by_one():
     ours, theirs = Pipe()
     os.write(ours.fileno(), b"".join(_framed(m) for m in (b"one", b"", b"three")))
     assert [theirs.recv_bytes() for _ in range(3)] == [b"one", b"", b"three"]
+
+
+def _echo_child(conn, reply_sizes):
+    """An executor's side: read a job (blocking), then write its outcome (blocking)."""
+    for size in reply_sizes:
+        message = conn.recv_bytes()
+        conn.send_bytes(message[:8] + b"r" * size)
+    conn.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 100, 4_095, 65_536, 70_000, 300_000, 1_100_000]),
+            st.sampled_from([0, 1, 100, 65_535, 70_000, 300_000, 1_100_000]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_jobs_and_outcomes_of_any_size_cross_the_pipe_without_either_side_waiting(sizes):
+    ours, theirs = Pipe()
+    child = threading.Thread(target=_echo_child, args=(theirs, [r for _, r in sizes]))
+    child.start()
+    channel = Channel(ours)
+    for n, (job_size, _) in enumerate(sizes):  # all written ahead, as prefetched jobs are
+        channel.queue(n.to_bytes(8, "big") + b"j" * job_size)
+    received, deadline = [], time.monotonic() + 30
+    while len(received) < len(sizes):
+        assert time.monotonic() < deadline, "the pipe wedged"
+        assert not channel.closed
+        channel.flush()
+        if channel.wait(0.05):
+            received += channel.read()
+    child.join(10)
+    assert not channel.unsent
+    assert [int.from_bytes(m[:8], "big") for m in received] == list(range(len(sizes)))
+    assert [len(m) - 8 for m in received] == [r for _, r in sizes]
+    ours.close()

@@ -368,6 +368,8 @@ def test_sigterm_lets_short_job_finish_and_hands_back_long_one(
     (interrupted,) = attempts_of(long)
     assert interrupted.outcome == AttemptOutcome.INTERRUPTED
     assert interrupted.error_type == "WorkerShutdown"
+    assert worker.logged(f"job {long} (tests.tasks.slow_first_attempt) interrupted by the worker")
+    assert not worker.logged(f"job {long} (tests.tasks.slow_first_attempt) failed attempt")
 
     # The job goes back in line and its next attempt succeeds.
     again = spawn_worker("--concurrency", "1", "--burst")

@@ -125,7 +125,7 @@ AFTER = utc(2026, 6, 1, 11, 59, 41)
 @pytest.mark.parametrize(
     "missed, fired, missed_count",
     [
-        ("latest", [utc(2026, 6, 1, 11, 59, 58), utc(2026, 6, 1, 12)], 8),
+        ("latest", [utc(2026, 6, 1, 12)], 9),
         ("skip", [utc(2026, 6, 1, 12)], 9),
         ("all", [AFTER + timedelta(seconds=1 + 2 * i) for i in range(10)], 0),
     ],
@@ -135,6 +135,20 @@ def test_missed_fire_policies(missed, fired, missed_count):
     assert decision.fire == fired
     assert decision.missed == missed_count
     assert decision.last_fire_at == utc(2026, 6, 1, 12)
+
+
+def test_missed_latest_after_an_outage_enqueues_one_job_even_with_several_fires_in_the_grace():
+    # Down 16 s with a 10 s grace: five 2-second fire times are within the grace.
+    now, after = utc(2026, 6, 1, 12, 0, 0, 500_000), utc(2026, 6, 1, 11, 59, 44)
+    decision = plan(spec(every=2, missed="latest"), after, now, grace=10)
+    assert decision.fire == [utc(2026, 6, 1, 12)]
+    assert decision.missed == 7
+
+
+def test_on_time_fires_a_late_tick_finds_are_each_enqueued():
+    decision = plan(spec(every=1, missed="latest"), NOW - timedelta(seconds=3), NOW, grace=10)
+    assert decision.fire == [NOW - timedelta(seconds=2), NOW - timedelta(seconds=1), NOW]
+    assert decision.missed == 0
 
 
 def test_missed_all_enqueues_at_most_100_of_the_most_recent_oldest_first():

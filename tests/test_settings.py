@@ -183,3 +183,67 @@ def test_behind_a_proxy_x_forwarded_proto_https_counts_as_https(client):
 def test_without_the_proxy_setting_a_client_cannot_claim_https(client):
     response = client.get("/login/", headers={"X-Forwarded-Proto": "https"})
     assert response.status_code == 301
+
+
+SERVE_ONE_FAILING_REQUEST = """
+import django
+django.setup()
+from django.test import Client
+response = Client(raise_request_exception=False).post("/login/", {"username": "a", "password": "b"})
+print(response.status_code)
+"""
+
+
+def test_with_debug_off_a_500_is_logged_with_its_traceback_where_the_worker_logs(
+    subprocess_env, tmp_path
+):
+    # A database without tables: the login's throttling query fails, so the request answers 500.
+    env = {
+        **subprocess_env,
+        "DJANGO_SETTINGS_MODULE": "jobsite.settings",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_ALLOWED_HOSTS": "testserver",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.sqlite3'}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE_ONE_FAILING_REQUEST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert proc.stdout.strip() == "500", proc.stderr
+    assert "ERROR   Internal Server Error: /login/" in proc.stderr
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "no such table" in proc.stderr
+
+
+def test_sqlite_without_immediate_transactions_is_a_check_warning_saying_what_to_set():
+    from jobs.checks import sqlite_warnings
+
+    bare = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}}
+    (warning,) = sqlite_warnings(bare)
+    assert warning.id == "jobs.W001"
+    assert "IMMEDIATE" in warning.hint and "database is locked" in warning.msg
+    immediate = {"transaction_mode": "IMMEDIATE"}
+    assert not sqlite_warnings({"default": {**bare["default"], "OPTIONS": immediate}})
+    assert not sqlite_warnings({"default": {"ENGINE": "django.db.backends.postgresql"}})
+
+
+def test_the_demo_settings_pass_the_sqlite_check():
+    from jobs.checks import check_sqlite_transactions
+
+    assert check_sqlite_transactions() == []
+
+
+def test_every_sqlite_connection_waits_for_the_writer_and_reads_beside_it(tmp_path):
+    import sqlite3
+
+    from jobs.db.sqlite import BUSY_TIMEOUT_MS, _share_the_file
+
+    raw = sqlite3.connect(tmp_path / "bare.sqlite3", timeout=5)
+    _share_the_file(raw)
+    assert raw.execute("PRAGMA busy_timeout").fetchone() == (BUSY_TIMEOUT_MS,)
+    assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -1,9 +1,11 @@
 """`manage.py create_api_token`: issue, list and revoke bearer tokens, stored hashed."""
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from dashboard.models import ApiToken
 from tests.test_api_support import bearer, make_user
@@ -107,3 +109,47 @@ def test_a_script_can_take_the_token_from_the_commands_last_line(client, manage)
 
     key = proc.stdout.splitlines()[-1]
     assert client.get("/api/v1/metrics/summary", headers=bearer(key)).status_code == 200
+
+
+def test_a_token_with_an_expiry_works_until_then_and_is_printed_alone_on_the_last_line(client):
+    make_user("alice", operate=True)
+
+    out, _ = run("alice", "--expires-in", "30")
+
+    key = out.splitlines()[-1]
+    assert key.startswith("jst_") and " " not in key
+    assert "valid until" in out.splitlines()[0]
+    token = ApiToken.objects.get()
+    assert timedelta(days=29) < token.expires_at - timezone.now() <= timedelta(days=30)
+    assert client.get("/api/v1/jobs", headers=bearer(key)).status_code == 200
+
+
+def test_an_expired_token_is_refused_and_listed_as_expired(client):
+    make_user("alice", operate=True)
+    key = run("alice", "--expires-in", "1")[0].splitlines()[-1]
+    ApiToken.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    response = client.get("/api/v1/jobs", headers=bearer(key))
+
+    assert response.status_code == 401
+    assert "expired" in response.json()["error"]
+    assert "expired" in run("--list")[0].splitlines()[-1]
+
+
+def test_a_token_without_an_expiry_never_expires():
+    make_user("alice")
+
+    run("alice")
+
+    assert ApiToken.objects.get().expires_at is None
+    assert ApiToken.objects.live().count() == 1
+
+
+@pytest.mark.parametrize("days", ["0", "-1", "soon", "3651"])
+def test_an_expiry_that_is_not_a_whole_number_of_days_in_range_is_refused(days):
+    make_user("alice")
+
+    with pytest.raises(CommandError, match="--expires-in"):
+        run("alice", "--expires-in", days)
+
+    assert not ApiToken.objects.exists()

@@ -299,7 +299,7 @@ def test_counters_follow_what_the_worker_did(run_worker):
         (["--max-jobs", "-1"], "number >= 1"),
         (["--shutdown-timeout", "soon"], "seconds"),
         (["--shutdown-timeout", "nan"], "seconds"),
-        (["--queue", ""], "queue names"),
+        (["--queue", ""], "--queue must be 1 to 100 characters"),
         (["--backend", "nope"], "unknown task backend"),
         (["--frobnicate"], "unrecognized arguments"),
     ],

@@ -18,6 +18,7 @@ from functools import cached_property
 from django.db import connection, transaction
 
 from .. import payload
+from ..retry import MAX_ATTEMPTS
 from ..states import (
     CANCEL_OVERRIDES,
     CLAIMABLE,
@@ -302,7 +303,7 @@ class Engine:
         Every expression reads the row as it was before the update, in both databases.
         """
         # A running job whose cancel was requested ends cancelled however its attempt ended
-        # (CANCEL_OVERRIDES); only the row knows whether a cancel came in, so it is decided here.
+        # (CANCEL_OVERRIDES): the row knows of a request its worker may not have seen yet.
         state = (
             f"(CASE WHEN {JOB}.cancel_requested_at IS NOT NULL "
             f"AND v.new_state IN ({sql_in(CANCEL_OVERRIDES)}) "
@@ -315,7 +316,7 @@ class Engine:
         return f"""
             state = {state},
             finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
-            return_value = CASE WHEN v.new_state = {sql_state(JobState.SUCCEEDED)}
+            return_value = CASE WHEN {state} = {sql_state(JobState.SUCCEEDED)}
                                 THEN v.return_value ELSE {JOB}.return_value END,
             run_after = CASE WHEN {state} = {sql_state(JobState.RETRYING)} OR v.snoozed = 1
                              THEN {self.after("v.delay")} ELSE {JOB}.run_after END,
@@ -325,7 +326,7 @@ class Engine:
                                    AND v.snoozed = 0 THEN NULL
                               ELSE {JOB}.started_at END,
             snoozes = {JOB}.snoozes + v.snoozed,
-            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < 100
+            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}
                                 THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
                                       THEN v.reason ELSE '' END,

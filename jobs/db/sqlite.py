@@ -12,6 +12,7 @@ continuations and counters); there are no wake-ups, workers poll.
 """
 
 import json
+import sqlite3
 import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -76,6 +77,27 @@ def _register_sqlite_clock(sender, connection, **kwargs):
         # of 200 jobs over 1,000 pending ones called back into Python 1,400 times.
         connection.connection.create_function("jobsite_now", 0, _sqlite_now, deterministic=True)
         connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
+        _share_the_file(connection.connection)
+
+
+# Milliseconds a statement waits for another process's write to end before "database is locked".
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _share_the_file(raw):
+    """What a worker beside a web process and enqueuers needs on any SQLite file, whatever the
+    project's settings: readers that never wait for the writer (WAL, kept in the file), and
+    writers that wait their turn instead of failing at once. Immediate transactions, which keep
+    two writers from deadlocking, are a Django setting: `manage.py check` asks for them."""
+    (busy,) = raw.execute("PRAGMA busy_timeout").fetchone()
+    if busy < BUSY_TIMEOUT_MS:
+        raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    (mode,) = raw.execute("PRAGMA journal_mode").fetchone()
+    if mode.lower() not in ("wal", "memory"):
+        try:
+            raw.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError:
+            pass  # another connection holds the file; it switches on a later connection
 
 
 @contextmanager

@@ -1,5 +1,7 @@
 """Issue, list and revoke bearer tokens of the JSON API."""
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
@@ -7,6 +9,10 @@ from django.utils import timezone
 
 from dashboard.models import ApiToken
 from dashboard.permissions import can_operate, can_view
+from jobs.management.arguments import whole_number
+
+# Ten years: far enough for any rotation policy, near enough for every date to stay valid.
+MAX_DAYS = 3650
 
 
 class Command(BaseCommand):
@@ -18,20 +24,29 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("username", nargs="?", metavar="USER")
         parser.add_argument("--name", default="", help="What the token is for, for listing.")
+        parser.add_argument(
+            "--expires-in",
+            type=whole_number(1, MAX_DAYS, what="days"),
+            default=None,
+            metavar="DAYS",
+            help="The token stops working after this many days (default: when revoked).",
+        )
         action = parser.add_mutually_exclusive_group()
         action.add_argument("--list", action="store_true", help="List tokens (of USER if given).")
         action.add_argument("--revoke", metavar="PREFIX_OR_ID", help="Revoke a token.")
 
-    def handle(self, *args, username=None, name="", list=False, revoke=None, **options):
+    def handle(
+        self, *args, username=None, name="", expires_in=None, list=False, revoke=None, **options
+    ):
         if revoke:
             return self.revoke(revoke)
         if list:
             return self.list(username)
         if not username:
             raise CommandError("name the USER the token acts as (or use --list / --revoke)")
-        return self.create(username, name)
+        return self.create(username, name, expires_in)
 
-    def create(self, username, name):
+    def create(self, username, name, expires_in=None):
         user = self.user(username)
         if not can_view(user):
             self.stderr.write(
@@ -41,9 +56,11 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"note: {username} lacks jobs.operate_job; the token can read but not act."
             )
-        token, key = ApiToken.issue(user, name=name)
+        expires_at = timezone.now() + timedelta(days=expires_in) if expires_in else None
+        token, key = ApiToken.issue(user, name=name, expires_at=expires_at)
+        until = f", valid until {_minute(expires_at)}" if expires_at else ""
         self.stdout.write(
-            f"Created token {token.prefix} (id {token.pk}) for {username}. "
+            f"Created token {token.prefix} (id {token.pk}) for {username}{until}. "
             "Store it now; it cannot be shown again:"
         )
         self.stdout.write(key)
@@ -54,14 +71,13 @@ class Command(BaseCommand):
             tokens = tokens.filter(user=self.user(username))
         self.stdout.write(
             f"{'id':>5}  {'prefix':12}  {'user':15}  {'created':16}  "
-            f"{'last used':16}  {'status':7}  name"
+            f"{'last used':16}  {'expires':16}  {'status':7}  name"
         )
         for token in tokens:
-            status = "revoked" if token.revoked_at else "live"
             self.stdout.write(
                 f"{token.pk:>5}  {token.prefix:12}  {token.user.get_username():15}  "
                 f"{_minute(token.created_at):16}  {_minute(token.last_used_at):16}  "
-                f"{status:7}  {token.name}"
+                f"{_minute(token.expires_at):16}  {token.status:7}  {token.name}"
             )
 
     def revoke(self, prefix_or_id):

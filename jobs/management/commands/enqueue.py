@@ -14,6 +14,7 @@ from jobs.backend import JobTask, load_task
 from jobs.compat import InvalidTask
 from jobs.errors import DuplicateJob
 from jobs.management.arguments import whole_number
+from jobs.retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 
 # Exit status for anything wrong with what was asked (as argparse uses for bad options).
 USAGE_ERROR = 2
@@ -46,7 +47,12 @@ def moment(value):
     relative = RELATIVE.match(value.strip())
     if relative:
         amount, unit = relative.groups()
-        return timezone.now() + timedelta(seconds=float(amount) * UNIT_SECONDS[unit])
+        try:
+            return timezone.now() + timedelta(seconds=float(amount) * UNIT_SECONDS[unit])
+        except OverflowError:
+            raise argparse.ArgumentTypeError(
+                f"--run-after {value} is too far ahead (past the year 9999)"
+            ) from None
     try:
         parsed = parse_datetime(value.strip())
     except ValueError:
@@ -61,7 +67,7 @@ def moment(value):
     return parsed
 
 
-attempts = whole_number(1, 100, what="attempts")
+attempts = whole_number(MIN_ATTEMPTS, MAX_ATTEMPTS, what="attempts")
 priority = whole_number(-100, 100, what="a priority")
 
 

@@ -2,7 +2,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import limit_spec, schedules
 from jobs.compat import task_backends
+from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
+from jobs.names import check_queue_name
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
@@ -51,6 +53,13 @@ class Command(BaseCommand):
             help="on SIGTERM/SIGINT, how long running jobs get (default 30)",
         )
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve")
+        parser.add_argument(
+            "--log-level",
+            choices=LEVELS,
+            type=str.upper,
+            default=None,
+            help="how much the worker logs (default INFO, or what LOGGING sets for 'jobs')",
+        )
 
     def handle(self, *args, **options):
         try:
@@ -61,8 +70,10 @@ class Command(BaseCommand):
         if problems:
             raise CommandError("; ".join(problems))
         for queue in options["queues"]:
-            if not queue or len(queue) > 100:
-                raise CommandError(f"queue names are 1 to 100 characters: {queue!r}")
+            try:
+                check_queue_name(queue)
+            except ValueError as e:
+                raise CommandError(f"--queue {e}") from None
         worker_id = options["worker_id"]
         if worker_id is not None and not 0 < len(worker_id) <= 200:
             raise CommandError("--worker-id must be 1 to 200 characters")
@@ -81,6 +92,7 @@ class Command(BaseCommand):
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
+        configure_worker_logging(options["log_level"])
         code = Worker(config, backend_alias=options["backend"]).run()
         if code:
             raise SystemExit(code)

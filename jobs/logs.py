@@ -1,0 +1,28 @@
+"""Where the worker's log lines go when the host project says nothing about them.
+
+A new project's LOGGING configures no handler for the `jobs` loggers, and Python then prints
+only warnings and errors (its last-resort handler): the worker's start, claim and shutdown lines
+would never show. The worker gives its own loggers a stderr handler in that case only; a
+project that routes them anywhere keeps its own set-up.
+"""
+
+import logging
+import sys
+
+FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def configure_worker_logging(level: str | None = None) -> None:
+    """Log the worker's lines to stderr unless the project already handles them; `level`
+    (one of LEVELS) sets how much, default INFO or what the project configured."""
+    engine = logging.getLogger("jobs")
+    if not engine.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(FORMAT))
+        engine.addHandler(handler)
+        engine.propagate = False
+        if engine.level == logging.NOTSET and level is None:
+            engine.setLevel(logging.INFO)
+    if level is not None:
+        engine.setLevel(level)
