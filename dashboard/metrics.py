@@ -3,23 +3,28 @@
 Counters are the sums of `CounterDelta` rows that the engine appends in the same transactions
 as the state changes they count, so every worker process on every machine contributes and
 nothing is kept in memory here. Gauges are the jobs per state and queue from
-`jobs.state_counts`, which on PostgreSQL never counts the job table itself.
+`jobs.state_counts`, which on PostgreSQL never counts the job table itself, and per queue the
+due jobs and the age of the oldest (what an autoscaler reads: deploy/keda-scaledobject.yaml).
 """
 
 from dataclasses import dataclass
 
+from django.db import connection
 from django.http import HttpResponse
 from django.urls import path
+from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from jobs import db, queues
 from jobs.limit_usage import usage
 from jobs.models import CounterDelta, Schedule
 from jobs.state_counts import job_counts
 from jobs.states import JobState
 
 from .auth import api_view
+from .queries import oldest_due
 
 COUNTERS = {
     "jobs_enqueued": "Jobs enqueued.",
@@ -32,6 +37,9 @@ COUNTERS = {
     "jobs_snoozed": "Attempts given back by Snooze (the job runs again later).",
 }
 STATES = [state.value for state in JobState]
+# Due jobs are counted through the claim index up to this many per queue (an autoscaler needs
+# to know the backlog is large, not by how much past this).
+DUE_CAP = 100_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +80,7 @@ class JobsCollector(Collector):
             for state, n in states.items():
                 jobs.add_metric([state, queue], n)
         yield jobs
+        yield from due_gauges()
         yield from schedule_counters()
         yield from limit_gauges()
 
@@ -89,6 +98,51 @@ def limit_gauges():
         waiting.add_metric([row.spec.name], row.waiting)
     yield running
     yield waiting
+
+
+def due_gauges():
+    """Per queue holding pending or retrying jobs: how many are due now (a worker would claim
+    them), and how long the one due longest has waited. A paused queue has none due."""
+    due = GaugeMetricFamily(
+        "jobsite_queue_due_jobs",
+        f"Jobs due now per queue (claimable, not paused; counted up to {DUE_CAP}).",
+        labels=["queue"],
+    )
+    age = GaugeMetricFamily(
+        "jobsite_queue_oldest_due_age_seconds",
+        "Seconds the longest-waiting due job of a queue has been due (0: none due).",
+        labels=["queue"],
+    )
+    now = timezone.now()
+    paused = queues.paused()
+    for queue, states in sorted(queues.job_counts().items()):
+        if not states.get(JobState.PENDING) and not states.get(JobState.RETRYING):
+            continue
+        if queue in paused:
+            n, oldest = 0, None
+        else:
+            n, oldest = due_count(queue, now), oldest_due(queue, now)
+        due.add_metric([queue], n)
+        age.add_metric([queue], max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
+    yield due
+    yield age
+
+
+def due_count(queue: str, now) -> int:
+    """Due jobs of `queue`, read from the claim index (up to DUE_CAP)."""
+    engine = db.engine()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT count(*) FROM (
+                SELECT 1 FROM {engine.claim_source(1)}
+                WHERE {engine.claimable(1)} AND queue_name = %s AND run_after <= %s
+                LIMIT %s
+            ) AS due
+            """,
+            [queue, now, DUE_CAP],
+        )
+        return cursor.fetchone()[0]
 
 
 def schedule_counters():

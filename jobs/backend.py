@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import db, moments, payload, retry
+from . import db, moments, payload, retry, tracing
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -154,14 +154,15 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         row = self._row(task, args, kwargs)
         after = getattr(task, "after", None)
-        if after is None:
-            self._insert(row)  # one statement: atomic by itself
-        else:
-            with transaction.atomic():
-                row["parent_id"], row["state"] = self._continuation_state(after)
-                self._insert(row)
-                if row["state"] == JobState.CANCELLED:
-                    db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
+        with tracing.enqueue_span(row):
+            if after is None:
+                self._insert(row)  # one statement: atomic by itself
+            else:
+                with transaction.atomic():
+                    row["parent_id"], row["state"] = self._continuation_state(after)
+                    self._insert(row)
+                    if row["state"] == JobState.CANCELLED:
+                        db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)
         if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
             task_enqueued.send(type(self), task_result=result)
@@ -190,7 +191,8 @@ class JobsBackend(BaseTaskBackend):
                 ]
         template = self._row(task, (), {})
         batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
-        db.insert_job_batch(template, batch)
+        with tracing.enqueue_span(template, count=len(batch)):
+            db.insert_job_batch(template, batch)
         ids = [job_id for job_id, _, _ in batch]
         if self.eager:
             from .eager import run_inline

@@ -78,6 +78,9 @@ class Job(models.Model):
     # A backoff policy given per call (.using(backoff=...)), as jobs.retry.policy_to_json
     # writes it; it applies to every retry of this job. Null: the task's own policy.
     backoff = models.JSONField(null=True, blank=True)
+    # The enqueuer's trace context (W3C traceparent/tracestate) when OpenTelemetry traced
+    # the enqueue (jobs.tracing); each attempt's span refers to it.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
     # Indexed below only where set: almost every job has neither, and every state change
     # rewrites each index entry of the row.
     rerun_of = _link_to_job(related_name="reruns")

@@ -28,9 +28,10 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import breaker, db, maintenance, schedules, startup_signals
+from . import breaker, db, logformat, maintenance, observers, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
+from .db import pooler
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
 from .limits import LimitsCache
@@ -76,6 +77,8 @@ class WorkerConfig:
     # A cancelled running job gets this long to return by itself.
     cancel_grace: float = DEFAULT_TIMING.cancel_grace_seconds
     batch_size: int = 500
+    # "json": every finished attempt is logged (successes at INFO), as jobs.logformat writes.
+    log_format: str = "text"
 
     def __post_init__(self):
         if self.concurrency < 1:
@@ -95,19 +98,18 @@ def default_worker_id():
 class Listener:
     """LISTEN for new-job notifications on PostgreSQL; reconnects when cut off."""
 
-    def __init__(self):
+    def __init__(self, url=None):
+        self.url = url  # OPTIONS["LISTEN_DATABASE_URL"]; None: the default connection's database
         self.conn = None
         self.retry_at = 0.0
 
     def connect(self):
         import psycopg
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("prepare_threshold", None)
-        params.pop("server_side_binding", None)
-        self.conn = psycopg.connect(**params, autocommit=True)
+        if self.url:
+            self.conn = psycopg.connect(self.url, autocommit=True)
+        else:
+            self.conn = psycopg.connect(**pooler.raw_params(connection), autocommit=True)
         self.conn.execute(f"LISTEN {db.NOTIFY_CHANNEL}")
 
     def fileno_or_none(self):
@@ -165,7 +167,7 @@ class Worker:
         self.hard_stop = False
         self.signals_seen = 0
         self.executors: list[Executor] = []
-        self.listener = Listener() if connection.vendor == "postgresql" else None
+        self.listener = self._listener()
         self.poll_interval = config.poll_interval or (1.0 if self.listener else 0.1)
         self.next_heartbeat = 0.0
         self.next_schedule_tick = 0.0
@@ -207,6 +209,7 @@ class Worker:
             connection.vendor,
             os.getpid(),
             " (burst)" if self.config.burst else "",
+            extra={"event": "worker_started"},
         )
         try:
             self._loop()
@@ -225,6 +228,7 @@ class Worker:
             if now >= self.next_schedule_tick and not self.stopping:
                 ticked = self._with_db(schedules.tick, self.backend)
                 wait = ticked.next_in if ticked else schedules.TICK_SECONDS
+                observers.schedules_fired(ticked.fired if ticked else [], self.backend)
                 self.next_schedule_tick = time.monotonic() + wait
             if now >= self.next_heartbeat:
                 self._with_db(self._heartbeat)
@@ -245,6 +249,21 @@ class Worker:
                     self.stop_requested_at = now
                     continue
             self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
+
+    def _listener(self):
+        """Wake-ups by LISTEN on PostgreSQL: never through a transaction-mode pooler."""
+        if connection.vendor != "postgresql":
+            return None
+        url = self.backend.options.get("LISTEN_DATABASE_URL")
+        if url:
+            return Listener(pooler.direct_listen_url(url))
+        if pooler.is_pooled(connection):
+            logger.warning(
+                "the database is reached through a transaction-mode pooler: polling for new "
+                "jobs (set OPTIONS['LISTEN_DATABASE_URL'] to a direct connection to be woken)"
+            )
+            return None
+        return Listener()
 
     def _session_limits(self, sender, connection, **kwargs):
         db.configure_worker_session(
@@ -578,6 +597,7 @@ class Worker:
 
     def _settle(self, pending, applied):
         applied_ids = {f.job_id for f in applied}
+        settled = []
         failed_queues = set()
         for f in pending:
             held = self.held.pop(f.job_id, None)
@@ -591,8 +611,10 @@ class Worker:
             claimed = held.claimed if held else None
             self._log_finish(f, claimed)
             oc.announce(f, claimed)
+            settled.append((f, claimed))
             if claimed is not None and f.outcome in FAILED_ATTEMPT:
                 failed_queues.add(claimed.queue_name)
+        observers.attempts_settled(settled, self.backend)
         if failed_queues:
             self._trip_breakers(failed_queues)
 
@@ -606,13 +628,18 @@ class Worker:
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)
         if f.state == JobState.PENDING and self.stopping:
             level = logging.INFO
+        if f.state == JobState.SUCCEEDED and self.config.log_format == "json":
+            level = logging.INFO
         if not logger.isEnabledFor(level):
             return  # the usual success: nothing to escape or format
         path = for_log(claimed.task_path) if claimed else "?"
         attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
+        extra = logformat.finish_fields(f, claimed)
         if f.state == JobState.SUCCEEDED:
-            logger.debug("job %s (%s) succeeded on attempt %s", f.job_id, path, attempt)
+            logger.log(
+                level, "job %s (%s) succeeded on attempt %s", f.job_id, path, attempt, extra=extra
+            )
         elif f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
             logger.info(
                 "job %s (%s) interrupted by the worker's shutdown on attempt %s; back in line, "
@@ -620,6 +647,7 @@ class Worker:
                 f.job_id,
                 path,
                 attempt,
+                extra=extra,
             )
         elif f.state == JobState.RETRYING:
             logger.warning(
@@ -629,6 +657,7 @@ class Worker:
                 attempt,
                 error,
                 f.delay,
+                extra=extra,
             )
         elif f.state == JobState.DEAD_LETTER:
             logger.error(
@@ -638,13 +667,14 @@ class Worker:
                 f.reason,
                 attempt,
                 error,
+                extra=extra,
             )
         elif f.state == JobState.CANCELLED:
-            logger.warning("job %s (%s) cancelled while running", f.job_id, path)
+            logger.warning("job %s (%s) cancelled while running", f.job_id, path, extra=extra)
         elif f.state == JobState.PENDING and f.snoozed:
-            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay)
+            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay, extra=extra)
         elif f.state == JobState.PENDING:
-            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path)
+            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path, extra=extra)
 
     # --- heartbeat and maintenance ----------------------------------------------------------
 
@@ -803,7 +833,12 @@ class Worker:
         if self.listener:
             self.listener.close()
         signal.set_wakeup_fd(-1)
-        logger.info("worker %s stopped: %d job(s) processed", self.worker_id, self.processed_total)
+        logger.info(
+            "worker %s stopped: %d job(s) processed",
+            self.worker_id,
+            self.processed_total,
+            extra={"event": "worker_stopped"},
+        )
         if self.hard_stop:
             self.exit_code = 130
 
@@ -846,9 +881,20 @@ def _is_transient(error) -> bool:
         return False  # a statement that is wrong stays wrong; retrying it would wedge us
     # Only the first line: DETAIL lines quote row data (tracebacks, messages).
     text = str(error).strip().splitlines()[0].lower() if str(error).strip() else ""
+    # "received 2 results from command 'COMMIT'": a pooler (PgBouncer) passing on the error of
+    # a server session killed under a transaction; the connection is unusable, and the retry
+    # is fenced by the lease like any other.
     return any(
         word in text
-        for word in ("locked", "connection", "terminat", "server closed", "shutdown", "could not")
+        for word in (
+            "locked",
+            "connection",
+            "terminat",
+            "server closed",
+            "shutdown",
+            "could not",
+            "results from command",
+        )
     )
 
 

@@ -129,6 +129,13 @@ def database_from_environment():
         config["TEST"] = {"NAME": f"/tmp/jobsite-test-{os.getpid()}.sqlite3"}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {"application_name": "jobsite"}
+        pool_size = int(os.environ.get("JOBSITE_DB_POOL", 0) or 0)
+        if pool_size > 0:
+            # Django's own pool (psycopg_pool), up to JOBSITE_DB_POOL connections per process;
+            # a pooled connection goes back to the pool at each request's end instead of
+            # staying open, so the pool replaces CONN_MAX_AGE.
+            config["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+            config["CONN_MAX_AGE"] = 0
         config["TEST"] = {"NAME": f"test_{config['NAME']}_{os.getpid()}"}
     return config
 
@@ -184,6 +191,8 @@ TASKS = {
             "SCHEDULE_GRACE_SECONDS": float(os.environ.get("JOBSITE_SCHEDULE_GRACE_SECONDS", 10)),
             "LIMITS": limits_from_environment(),
             "MAX_SNOOZES": int(os.environ.get("JOBSITE_MAX_SNOOZES", 100)),
+            # A direct connection for the worker's wake-ups when DATABASE_URL names a pooler.
+            "LISTEN_DATABASE_URL": os.environ.get("JOBSITE_LISTEN_DATABASE_URL") or None,
         },
     }
 }

@@ -35,6 +35,32 @@ def plain_static_names(django_test_environment):
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def test_database_left_free(django_db_setup, django_db_blocker):
+    """At the end, no session holds the PostgreSQL test database, so it can be dropped.
+
+    A pooler (PgBouncer) keeps its server sessions to the test database open after the tests
+    close theirs; those sessions hold nothing a test needs. Runs before the drop (fixtures end
+    in reverse order).
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    import psycopg
+
+    from jobs.db.pooler import raw_params
+
+    with django_db_blocker.unblock():
+        params = {**raw_params(connection), "dbname": "postgres"}
+        name = connection.settings_dict["NAME"]
+        connection.close()
+        with psycopg.connect(**params, autocommit=True) as maintenance:
+            maintenance.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [name],
+            )
+
+
 def database_url() -> str:
     """The URL of the database the tests are using, for subprocesses."""
     s = connection.settings_dict

@@ -147,3 +147,33 @@ def test_counters_match_what_two_worker_processes_did(client, start_worker):
     samples = scrape(client, headers)
     assert {name: samples[f"jobsite_{name}_total"][()] for name in expected} == expected
     assert samples["jobsite_jobs"][(("queue", "default"), ("state", "succeeded"))] == 8
+
+
+@pytest.mark.django_db
+def test_prometheus_has_each_queues_due_jobs_and_the_age_of_its_oldest(client, headers):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import PausedQueue
+
+    now = timezone.now()
+    make_job(JobState.PENDING, queue_name="emails", run_after=now - timedelta(seconds=600))
+    make_job(JobState.PENDING, queue_name="emails", run_after=now - timedelta(seconds=30))
+    make_job(JobState.RETRYING, queue_name="emails", run_after=now - timedelta(seconds=5))
+    make_job(JobState.PENDING, queue_name="emails", run_after=now + timedelta(hours=1))
+    make_job(JobState.PENDING, queue_name="later", run_after=now + timedelta(hours=1))
+    make_job(JobState.PENDING, queue_name="held", run_after=now - timedelta(seconds=60))
+    PausedQueue.objects.create(name="held")
+    make_job(JobState.DEAD_LETTER, queue_name="broken")
+
+    samples = scrape(client, headers)
+
+    assert samples["jobsite_queue_due_jobs"] == {
+        (("queue", "emails"),): 3.0,
+        (("queue", "held"),): 0.0,
+        (("queue", "later"),): 0.0,
+    }
+    ages = samples["jobsite_queue_oldest_due_age_seconds"]
+    assert 600 <= ages[(("queue", "emails"),)] < 3600
+    assert ages[(("queue", "held"),)] == ages[(("queue", "later"),)] == 0.0

@@ -259,6 +259,10 @@ class Engine:
 
         return claim_limited(self, limits=in_force, **claim_args)
 
+    def local_settings(self, cursor) -> None:
+        """A worker's settings for the current transaction only (behind a pooler); none by
+        default."""
+
     def key_source(self) -> str:
         """The table flow control's turns read each limit key's due jobs from."""
         return JOB

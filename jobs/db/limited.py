@@ -297,6 +297,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
     lease_id = uuid.uuid4()
     queues = list(dict.fromkeys(queues)) if queues else []
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        engine.local_settings(cursor)
         claim = LimitedClaim(engine, cursor, limits, queues)
         ids, drawn = claim.pick(limit)
         if not ids:

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import limit_spec, schedules
+from jobs import limit_spec, logformat, schedules, sentry
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
@@ -60,12 +60,22 @@ class Command(BaseCommand):
             default=None,
             help="how much the worker logs (default INFO, or what LOGGING sets for 'jobs')",
         )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            default="text",
+            help="json: one JSON object per line, every finished attempt included",
+        )
 
     def handle(self, *args, **options):
         try:
             backend = task_backends[options["backend"]]
         except Exception as e:
             raise CommandError(f"unknown task backend {options['backend']!r}: {e}") from None
+        try:
+            sentry.capture_mode(getattr(backend, "options", {}))
+        except ValueError as e:
+            raise CommandError(str(e)) from None
         problems = schedules.check(backend) + limit_spec.check(backend.options.get("LIMITS"))
         if problems:
             raise CommandError("; ".join(problems))
@@ -89,10 +99,13 @@ class Command(BaseCommand):
                 heartbeat_seconds=timing.heartbeat_seconds,
                 lease_seconds=timing.lease_seconds,
                 cancel_grace=timing.cancel_grace_seconds,
+                log_format=options["log_format"],
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
         configure_worker_logging(options["log_level"])
+        if options["log_format"] == "json":
+            logformat.use_json()
         code = Worker(config, backend_alias=options["backend"]).run()
         if code:
             raise SystemExit(code)

@@ -1,0 +1,46 @@
+"""`worker --log-format json`: every line a JSON object with the documented keys."""
+
+import json
+
+import pytest
+
+from jobs.logformat import FIELDS
+from tests import tasks
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+KEYS = {"time", "level", "event", *FIELDS}
+
+
+def test_every_line_of_a_json_worker_parses_and_carries_the_documented_keys(run_worker):
+    ok = tasks.add.enqueue(1, 2).id
+    flaky = tasks.flaky.enqueue("json-flaky").id
+    doomed = tasks.always_fails.enqueue("json-doomed").id
+    proc = run_worker("--log-format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    assert lines and all(line.keys() >= KEYS for line in lines)
+    by_job = {}
+    for line in lines:
+        by_job.setdefault(line["job_id"], []).append(line)
+    assert [x["event"] for x in by_job[str(ok)]] == ["job_succeeded"]
+    assert [(x["event"], x["attempt"]) for x in by_job[str(flaky)]] == [
+        ("job_retrying", 1),
+        ("job_succeeded", 2),
+    ]
+    assert [x["event"] for x in by_job[str(doomed)]][-1] == "job_dead_lettered"
+    dead = by_job[str(doomed)][-1]
+    assert (dead["level"], dead["task"], dead["queue"], dead["error_type"]) == (
+        "error",
+        "tests.tasks.always_fails",
+        "default",
+        "ValueError",
+    )
+    assert all(x["duration_ms"] >= 0 for x in by_job[str(doomed)])
+    assert lines[0]["event"] == "worker_started" and lines[-1]["event"] == "worker_stopped"
+
+
+def test_a_log_format_other_than_text_or_json_is_refused(manage):
+    proc = manage("worker", "--burst", "--log-format", "xml")
+    assert proc.returncode != 0
+    assert "invalid choice: 'xml'" in proc.stderr

@@ -1,0 +1,130 @@
+"""Workers and enqueues through a real PgBouncer in transaction mode (a pool of 2 sessions)."""
+
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from jobs.db import pooler
+from jobs.models import Job
+from jobs.states import JobState
+from tests import pgbouncer, tasks
+from tests.conftest import ROOT, database_url
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def through_pgbouncer(tmp_path):
+    """The tests' database URL through a PgBouncer of its own (transaction mode, 2 sessions)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (PgBouncer pools PostgreSQL sessions)")
+    if pgbouncer.BINARY is None:
+        pytest.skip("needs the pgbouncer binary (apt-get install pgbouncer)")
+    s = connection.settings_dict
+    directory = tmp_path / "pgbouncer"
+    directory.mkdir()
+    process, port = pgbouncer.start(
+        directory,
+        host=s.get("HOST") or "127.0.0.1",
+        port=int(s.get("PORT") or 5432),
+        user=s.get("USER") or "postgres",
+        pool_size=2,
+    )
+    yield f"postgres://{s.get('USER') or 'postgres'}@127.0.0.1:{port}/{s['NAME']}"
+    pgbouncer.stop(process)
+
+
+def direct_url():
+    """The tests' database URL, when it is direct (the PgBouncer leg runs the suite through one)."""
+    if pooler.is_pooled(connection):
+        pytest.skip("the suite itself runs through a pooler: no direct URL to compare with")
+    return database_url()
+
+
+def worker(env, *args, timeout=120):
+    return subprocess.run(
+        [sys.executable, "manage.py", "worker", "--burst", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_engine_finds_sessions_shared_through_pgbouncer_and_not_directly(through_pgbouncer):
+    assert pooler.sessions_are_shared(through_pgbouncer)
+    assert not pooler.sessions_are_shared(direct_url())
+
+
+def test_two_workers_through_the_pooler_run_every_job_once_and_poll(
+    through_pgbouncer, subprocess_env, ledger
+):
+    ids = [tasks.record.enqueue(f"job-{n}").id for n in range(40)]
+    env = {**subprocess_env, "DATABASE_URL": through_pgbouncer}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "worker", "--burst", "--concurrency", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        assert "transaction-mode pooler: polling for new jobs" in err
+    assert set(Job.objects.filter(id__in=ids).values_list("state", flat=True)) == {
+        JobState.SUCCEEDED
+    }
+    assert sorted(key for key, _, _ in ledger()) == sorted(f"job-{n}" for n in range(40))
+
+
+def test_an_enqueue_through_the_pooler_prepares_nothing(through_pgbouncer, subprocess_env):
+    env = {**subprocess_env, "DATABASE_URL": through_pgbouncer}
+    script = (
+        "import django; django.setup()\n"
+        "from tests import tasks\n"
+        "for n in range(20): tasks.add.enqueue(n, 1)\n"
+        "tasks.add.enqueue_many([((n, 2), {}) for n in range(20)])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = worker(env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.SUCCEEDED}
+
+
+def test_a_listen_url_through_the_pooler_stops_the_worker_at_start_saying_why(
+    through_pgbouncer, subprocess_env
+):
+    env = {
+        **subprocess_env,
+        "DATABASE_URL": through_pgbouncer,
+        "JOBSITE_LISTEN_DATABASE_URL": through_pgbouncer,
+    }
+    proc = worker(env)
+    assert proc.returncode != 0
+    assert "LISTEN_DATABASE_URL goes through a transaction-mode pooler" in proc.stderr
+
+
+def test_with_a_direct_listen_url_the_worker_behind_the_pooler_is_woken_not_polling(
+    through_pgbouncer, subprocess_env
+):
+    result = tasks.add.enqueue(1, 2)
+    env = {
+        **subprocess_env,
+        "DATABASE_URL": through_pgbouncer,
+        "JOBSITE_LISTEN_DATABASE_URL": direct_url(),
+    }
+    proc = worker(env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "polling" not in proc.stderr
+    assert Job.objects.get(id=result.id).state == JobState.SUCCEEDED
