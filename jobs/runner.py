@@ -8,6 +8,7 @@ attempt planned here, where the exception still exists.
 import inspect
 import json
 import logging
+import time
 
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
@@ -70,6 +71,9 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
             signature.bind(*args, **kwargs)
     except BaseException as exc:
         return _failed(claimed, exc, "poison", started)
+    if claimed.start_by and time.monotonic() > claimed.start_by:
+        # Too late for the rate window its claim counted it in (jobs.limits): not begun.
+        return Ran(claimed.id, "released")
     try:
         return _run(claimed, task, args, kwargs, started, worker_id)
     except BaseException as exc:  # a signal receiver failed, or describing a failure did

@@ -35,7 +35,7 @@ from .db import pooler
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
 from .limits import LimitsCache
-from .models import Job, WorkerNode
+from .models import Job, PausedQueue, WorkerNode
 from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
 from .states import FAILED_ATTEMPT, AttemptOutcome, JobState
 from .timing import DEFAULTS as DEFAULT_TIMING
@@ -238,7 +238,7 @@ class Worker:
             claimed = self._sync()
             self._dispatch()
             if not self.held and not self.finishes and not claimed:
-                if self.config.burst:
+                if self.config.burst and not self._with_db(self._limits_hold_due_jobs):
                     logger.info("no job is due and none is running: burst done")
                     self.stopping = True
                     self.stop_requested_at = now
@@ -264,6 +264,15 @@ class Worker:
             )
             return None
         return Listener()
+
+    def _limits_hold_due_jobs(self) -> bool:
+        """Are due jobs held back by a limit (a burst worker waits for them)?"""
+        if not self.limits.current().limits_claims:
+            return False
+        due = Job.objects.ready().exclude(queue_name__in=PausedQueue.objects.values("name"))
+        if self.config.queues:
+            due = due.filter(queue_name__in=self.config.queues)
+        return due.exists()
 
     def _session_limits(self, sender, connection, **kwargs):
         db.configure_worker_session(
@@ -396,6 +405,8 @@ class Worker:
         lease_until = sent + self.config.lease_seconds - self.lease_margin
         for c in claimed:
             c.lease_until = lease_until
+            if c.rate_slack:
+                c.start_by = sent + c.rate_slack
             self.held[c.id] = Held(c)
             self.dispatcher.ready.append(c)
         self.claimed_total += len(claimed)

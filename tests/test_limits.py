@@ -234,3 +234,12 @@ def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_th
         assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
         assert breaker.trip({"hooks"}, in_force()) == []
     assert queues.paused()["hooks"].paused_by == "circuit breaker"
+
+
+def test_a_job_under_a_rate_limit_must_begin_within_the_windows_slack():
+    due(2, queue_name="api")
+    due(1, queue_name="free")
+    with with_limits({"queue:api": {"rate": [5, 2]}}):
+        claimed = claim()
+    slack = {c.queue_name: c.rate_slack for c in claimed}
+    assert slack == {"api": pytest.approx(0.2), "free": 0.0}

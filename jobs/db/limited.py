@@ -35,7 +35,7 @@ from collections import defaultdict
 from django.db import connection, transaction
 
 from ..states import CLAIMABLE, JobState
-from .engine import JOB, PAUSED, sql_in, sql_state
+from .engine import JOB, PAUSED, parse_uuid, sql_in, sql_state
 
 STARTS = "jobs_limitstart"
 # Namespace of jobsite's advisory locks (the first key of the two-key form).
@@ -280,6 +280,14 @@ def in_turns(rows: list, heads: list) -> list:
     return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
 
 
+def start_slack(buckets) -> float:
+    """How soon after its claim a job under rate limits must begin (0: no rate limit)."""
+    from ..limits import rate_slack
+
+    slacks = [rate_slack(b.spec.rate[1]) for b in buckets if b.spec.rate is not None]
+    return min(slacks, default=0.0)
+
+
 def claimed_by_id(engine) -> str:
     """The test of a claim by id (one list_value parameter)."""
     if engine.locks_rows:
@@ -311,4 +319,8 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
         rows = cursor.fetchall()
         # Ids come back as the candidate reads returned them (the database's own form).
         claim.record_starts([r[0] for r in rows], drawn)
-    return engine.claimed_batch(rows, lease_id)
+    batch = engine.claimed_batch(rows, lease_id)
+    slack = {parse_uuid(r[0]): start_slack(drawn.get(r[0], ())) for r in rows}
+    for c in batch:
+        c.rate_slack = slack[c.id]
+    return batch

@@ -33,6 +33,11 @@ class Claimed:
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
     lease_until: float = field(default=0.0, compare=False)
+    # Set by a claim under a rate limit: the task must begin within this many seconds of the
+    # claim (the rate window's slack), else it is handed back unstarted (jobs.runner).
+    rate_slack: float = field(default=0.0, compare=False)
+    # Set by the worker from rate_slack: the latest moment (monotonic clock) it may begin.
+    start_by: float = field(default=0.0, compare=False)
 
 
 @dataclass(slots=True, kw_only=True)
