@@ -623,7 +623,8 @@ class Dispatcher:
         """
         while self.ready:
             claimed = self.ready[0]
-            estimate = self.short_estimate(claimed.task_path)
+            # A job under a rate limit must begin at once (jobs.limits): never queued behind.
+            estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
             target = self._target(estimate)
             if target is None:
                 break

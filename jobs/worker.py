@@ -396,6 +396,8 @@ class Worker:
             limit=limit,
             lease_seconds=self.config.lease_seconds,
             limits=self.limits,
+            can_begin=sum(1 for e in self.executors if e.idle and not e.broken)
+            - len(self.dispatcher.ready),
         )
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later

@@ -247,17 +247,19 @@ class Engine:
         lease_id; `queues` None means every queue."""
         raise NotImplementedError
 
-    def claim_within(self, *, limits=None, **claim_args):
+    def claim_within(self, *, limits=None, can_begin=None, **claim_args):
         """`claim`, or the claim under flow control (db.limited) while a limit is in force.
 
         `limits` is a jobs.limits.LimitsCache (a worker's); None claims without limits.
+        `can_begin`: how many claimed jobs could begin at once (idle executors); jobs under a
+        rate limit are taken only up to it, as they must begin at once.
         """
         in_force = limits.current() if limits is not None else None
         if in_force is None or not in_force.limits_claims:
             return self.claim(**claim_args)
         from .limited import claim_limited
 
-        return claim_limited(self, limits=in_force, **claim_args)
+        return claim_limited(self, limits=in_force, can_begin=can_begin, **claim_args)
 
     def local_settings(self, cursor) -> None:
         """A worker's settings for the current transaction only (behind a pooler); none by

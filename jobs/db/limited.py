@@ -78,6 +78,8 @@ class LimitedClaim:
         self.queues = queues
         self.room = Room()
         self.held: set[str] = set()  # budget ids this claim has counted
+        # Jobs under a rate limit this claim may still take (they must begin at once).
+        self.can_begin = 0
 
     # --- SQL pieces ------------------------------------------------------------------------
 
@@ -240,7 +242,11 @@ class LimitedClaim:
             full_before = len(self.room.full)
             for row in rows:
                 bs = budgets[row[0]]
+                rated = any(b.spec.rate is not None for b in bs)
+                if rated and self.can_begin < 1:
+                    continue  # left for a claim with an executor free to begin it
                 if self.room.fits(bs):
+                    self.can_begin -= rated
                     self.room.take(bs)
                     taken.append(row[0])
                     drawn[row[0]] = bs
@@ -300,13 +306,14 @@ def claimed_by_id(engine) -> str:
     return f"{engine.in_list('id')} AND +state IN ({sql_in(CLAIMABLE)})"
 
 
-def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits):
+def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, can_begin=None):
     """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
     lease_id = uuid.uuid4()
     queues = list(dict.fromkeys(queues)) if queues else []
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         engine.local_settings(cursor)
         claim = LimitedClaim(engine, cursor, limits, queues)
+        claim.can_begin = limit if can_begin is None else can_begin
         ids, drawn = claim.pick(limit)
         if not ids:
             return []
