@@ -9,7 +9,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import actions, bulk, queues
+from jobs import actions, attempt_log, bulk, queues
 from jobs.models import Job
 from jobs.names import check_queue_name
 from jobs.states import JobState
@@ -23,6 +23,7 @@ from .serializers import (
     error,
     job_detail_json,
     job_json,
+    log_json,
     queue_json,
 )
 
@@ -241,6 +242,28 @@ def job_detail(request, job_id):
         return no_such_job()
     reruns = reruns_of([job.id]).get(job.id, ())
     return JsonResponse(job_detail_json(job, job.attempts.order_by("number"), reruns))
+
+
+@api_view("GET")
+def job_logs(request, job_id):
+    values = single_values(request.GET, ("attempt",))
+    job = find_job(job_id)
+    if job is None:
+        return no_such_job()
+    attempt = parse_attempt(values.get("attempt"), job)
+    if attempt is None:
+        return error(404, "no such attempt", attempts=job.attempt)
+    return JsonResponse(log_json(job, attempt_log.read(job.id, attempt)))
+
+
+def parse_attempt(text: str | None, job: Job) -> int | None:
+    """The attempt asked for (the job's latest when not given); None when it has no such one."""
+    if text is None:
+        return job.attempt or None
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        raise BadRequest("attempt must be a positive integer")
+    number = int(text)
+    return number if 1 <= number <= job.attempt else None
 
 
 def _job_action(act):

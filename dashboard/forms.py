@@ -51,6 +51,8 @@ class ListFilterForm(forms.Form):
 
 class JobFilterForm(ListFilterForm):
     state = forms.ChoiceField(required=False, choices=[("", "Any state"), *JobState.choices])
+    # The nodes of one workflow or batch (its page links here).
+    workflow = forms.UUIDField(required=False, widget=forms.HiddenInput)
     field_order = ["state", "queue", "task", "q"]
 
 
@@ -104,12 +106,13 @@ class BulkActionForm(forms.Form):
     task = forms.CharField(required=False, max_length=255)
     error = forms.CharField(required=False, max_length=255)
     q = forms.CharField(required=False, max_length=200)
+    workflow = forms.UUIDField(required=False)
     # The count the operator saw on the confirmation page; present only on the second step.
     confirm = forms.BooleanField(required=False)
 
     @property
     def filters(self):
-        names = ("state", "queue", "task", "error", "q")
+        names = ("state", "queue", "task", "error", "q", "workflow")
         return {k: self.cleaned_data[k] for k in names if self.cleaned_data.get(k)}
 
 

@@ -60,6 +60,23 @@ JOB = {
         "cancel_requested_at": _nullable(
             {**TIME, "description": "Extension: when a cancel of the running job was asked."}
         ),
+        "progress": _nullable(
+            {
+                **_every_property_required(
+                    {
+                        "done": {"type": "number", "minimum": 0},
+                        "total": _nullable({"type": "number", "minimum": 0}),
+                        "message": {"type": "string"},
+                        "updated_at": TIME,
+                    }
+                ),
+                "description": (
+                    "What the task last reported with context.progress(done, total, message), "
+                    "written at most once a second while it runs and always at its end; null "
+                    "when it never reported any."
+                ),
+            }
+        ),
         "schedule": _nullable({"type": "string", "description": "The schedule that made it."}),
         "scheduled_at": _nullable(
             {**TIME, "description": "Its schedule's fire time; null for a run now."}
@@ -72,7 +89,48 @@ JOB = {
             "minimum": 0,
             "description": "Attempts given back by Snooze (not counted in `attempt`).",
         },
+        "workflow_id": _nullable({**UUID, "description": "The workflow or batch it is a node of."}),
+        "node_name": {"type": "string", "description": "Extension: its name in its workflow."},
+        "waiting_for": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Extension: upstream jobs it still waits for (while scheduled).",
+        },
+        "runs_on_upstream_failure": {
+            "type": "boolean",
+            "description": 'Extension: added with on_upstream_failure="run".',
+        },
     },
+}
+
+WORKFLOW_PROPERTIES = {
+    "id": UUID,
+    "name": {"type": "string"},
+    "kind": {"type": "string", "enum": ["workflow", "batch"]},
+    "state": {
+        "type": "string",
+        "enum": ["empty", "pending", "running", "succeeded", "failed", "cancelled"],
+    },
+    "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+    "done": {"type": "integer", "minimum": 0},
+    "total": {"type": "integer", "minimum": 0},
+    "created_at": TIME,
+    "started_at": _nullable(TIME),
+    "finished_at": _nullable(TIME),
+    "duration_seconds": _nullable({"type": "number"}),
+}
+WORKFLOW_NODE = {
+    "allOf": [
+        _ref("Job"),
+        {
+            "type": "object",
+            "required": ["after", "layer"],
+            "properties": {
+                "after": {"type": "array", "items": UUID},
+                "layer": {"type": "integer", "minimum": 0},
+            },
+        },
+    ]
 }
 
 SCHEDULE = _every_property_required(
@@ -110,10 +168,50 @@ ATTEMPT = _every_property_required(
     }
 )
 
+LOG_LINE = _every_property_required(
+    {
+        "time": TIME,
+        "level": {
+            "type": "string",
+            "description": "The logging level's name; CUT for the line marking a cut.",
+        },
+        "message": {"type": "string"},
+    }
+)
+JOB_LOG = _every_property_required(
+    {
+        "job_id": UUID,
+        "attempt": {"type": "integer", "minimum": 1},
+        "running": {"type": "boolean", "description": "Whether the attempt is still running."},
+        "cut": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Lines logged but not kept (0 when every line was kept).",
+        },
+        "lines": {"type": "array", "items": LOG_LINE, "maxItems": 1001},
+    }
+)
+
 COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
 
 SCHEMAS = {
     "Job": JOB,
+    "Workflow": _every_property_required(WORKFLOW_PROPERTIES),
+    "WorkflowDetail": _every_property_required(
+        {**WORKFLOW_PROPERTIES, "nodes": {"type": "array", "items": _ref("WorkflowNode")}}
+    ),
+    "WorkflowNode": WORKFLOW_NODE,
+    "WorkflowActed": _every_property_required(
+        {**WORKFLOW_PROPERTIES, "changed": {"type": "integer", "minimum": 0}}
+    ),
+    "WorkflowList": {
+        "type": "object",
+        "required": ["results", "next_cursor"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("Workflow"), "maxItems": MAX_LIMIT},
+            "next_cursor": _nullable({"type": "string"}),
+        },
+    },
     "Schedule": SCHEDULE,
     "ScheduleList": {
         "type": "object",
@@ -121,6 +219,7 @@ SCHEMAS = {
         "properties": {"results": {"type": "array", "items": _ref("Schedule")}},
     },
     "Attempt": ATTEMPT,
+    "JobLog": JOB_LOG,
     "JobDetail": {
         "allOf": [
             _ref("Job"),
@@ -379,6 +478,30 @@ SCHEDULE_NAME = {
 NO_SCHEDULE = {"404": _json("No schedule has this name.", "Error")}
 
 
+WORKFLOW_ID = {
+    "name": "workflow_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+}
+NO_WORKFLOW = {"404": _json("No workflow has this id.", "Error")}
+
+
+def _workflow_action(summary):
+    return {
+        "post": {
+            "summary": summary,
+            "description": "Needs jobs.operate_job. `changed`: how many nodes it changed.",
+            "parameters": [WORKFLOW_ID],
+            "responses": {
+                "200": _json("The workflow after the action.", "WorkflowActed"),
+                **ERRORS,
+                **NO_WORKFLOW,
+            },
+        },
+    }
+
+
 def _schedule_action(summary, ok_status, ok_description, schema_name):
     return {
         "post": {
@@ -425,6 +548,31 @@ def document(base: str = "/api/v1") -> dict:
                         "200": _json("The job.", "JobDetail"),
                         **ERRORS,
                         **NOT_FOUND,
+                    },
+                }
+            },
+            "/jobs/{job_id}/logs": {
+                "get": {
+                    "summary": "The lines a job's attempt logged through context.logger",
+                    "description": (
+                        "An attempt keeps at most 1,000 lines and 256 KB: its first and its "
+                        "last lines, a line of level CUT where the rest were cut. Lines are "
+                        "written about once a second while the attempt runs."
+                    ),
+                    "parameters": [
+                        JOB_ID,
+                        {
+                            "name": "attempt",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "integer", "minimum": 1},
+                            "description": "The attempt's number; the latest when not given.",
+                        },
+                    ],
+                    "responses": {
+                        "200": _json("The attempt's lines, oldest first.", "JobLog"),
+                        **ERRORS,
+                        "404": _json("No job has this id, or it has no such attempt.", "Error"),
                     },
                 }
             },
@@ -504,6 +652,30 @@ def document(base: str = "/api/v1") -> dict:
                 "201",
                 "The new job.",
                 "Job",
+            ),
+            "/workflows": {
+                "get": {
+                    "summary": "Workflows and batches, newest first, with their progress",
+                    "parameters": [p for p in LIST_PARAMETERS if p["name"] in ("limit", "cursor")],
+                    "responses": {"200": _json("A page of workflows.", "WorkflowList"), **ERRORS},
+                }
+            },
+            "/workflows/{workflow_id}": {
+                "get": {
+                    "summary": "A workflow with its nodes and their after lists",
+                    "parameters": [WORKFLOW_ID],
+                    "responses": {
+                        "200": _json("The workflow.", "WorkflowDetail"),
+                        **ERRORS,
+                        **NO_WORKFLOW,
+                    },
+                }
+            },
+            "/workflows/{workflow_id}/cancel": _workflow_action(
+                "Cancel every unfinished node (running ones are asked to stop)"
+            ),
+            "/workflows/{workflow_id}/retry-failed": _workflow_action(
+                "Extension: retry every failed node; the nodes its failure cancelled wait again"
             ),
             "/metrics/summary": {
                 "get": {

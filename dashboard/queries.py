@@ -280,8 +280,10 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
 # Lists.
 
 
-def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None):
+def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None, workflow=None):
     jobs = Job.objects.all()
+    if workflow:
+        jobs = jobs.filter(workflow_id=workflow)
     if state:
         jobs = jobs.filter(state=state)
     if queue:
@@ -439,6 +441,10 @@ class WorkerRow:
     running: list
 
 
+# What the workers page shows of each running job (its progress bar included).
+RUNNING_COLUMNS = "id task_path queue_name worker_id started_at attempt state progress"
+
+
 def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> list[WorkerRow]:
     lease = timedelta(seconds=lease_seconds())
     nodes = list(
@@ -450,7 +456,7 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
     jobs = (
         Job.objects.running()
         .filter(worker_id__in=[n.id for n in nodes])
-        .only("id", "task_path", "queue_name", "worker_id", "started_at", "attempt")
+        .only(*RUNNING_COLUMNS.split())
         .order_by("started_at")[:MAX_RUNNING_SHOWN]
     )
     for job in jobs:

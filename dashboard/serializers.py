@@ -5,6 +5,9 @@ from datetime import datetime
 
 from django.http import JsonResponse
 
+from jobs.attempt_log import Cut
+from jobs.states import JobState
+
 from .columns import ATTEMPT_FIELDS, JOB_COLUMNS, JOB_FIELDS
 
 
@@ -26,7 +29,41 @@ def job_json(job, reruns=()) -> dict:
     columns = zip(JOB_FIELDS, JOB_COLUMNS, strict=True)
     return {
         **{name: _json(getattr(job, column)) for name, column in columns},
+        "progress": progress_json(job.progress),
         "reruns": [str(i) for i in reruns],
+    }
+
+
+PROGRESS_KEYS = ("done", "total", "message", "updated_at")
+
+
+def progress_json(stored) -> dict | None:
+    """The progress a job's attempt last reported (the attempt number stays inside)."""
+    if not isinstance(stored, dict):
+        return None
+    return {key: stored.get(key) for key in PROGRESS_KEYS}
+
+
+def log_json(job, log) -> dict:
+    """An attempt's kept log lines (a jobs.attempt_log.AttemptLog); where lines were cut, a line
+    of level CUT says how many (timed as the line after it)."""
+    lines, cut = [], None
+    for entry in log.entries:
+        if isinstance(entry, Cut):
+            cut = entry
+            continue
+        if cut is not None:
+            lines.append(
+                {"time": _time(entry.at), "level": "CUT", "message": f"[{cut.lines:,} lines cut]"}
+            )
+            cut = None
+        lines.append({"time": _time(entry.at), "level": entry.level, "message": entry.message})
+    return {
+        "job_id": str(job.id),
+        "attempt": log.attempt,
+        "running": job.state == JobState.RUNNING and job.attempt == log.attempt,
+        "cut": log.cut,
+        "lines": lines,
     }
 
 

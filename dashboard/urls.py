@@ -6,7 +6,7 @@ project mounts them at the root.
 
 from django.urls import include, path, re_path
 
-from . import limit_views, schedule_views, views
+from . import limit_views, schedule_views, views, workflow_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -32,6 +32,18 @@ urlpatterns = [
     path("limits/", limit_views.limit_list, name="limits"),
     path("limits/set/", limit_views.set_limit, name="limit_set"),
     path("limits/clear/", limit_views.clear_limit, name="limit_clear"),
+    path("workflows/", workflow_views.workflow_list, name="workflows"),
+    path("workflows/<uuid:workflow_id>/", workflow_views.workflow_detail, name="workflow"),
+    path(
+        "workflows/<uuid:workflow_id>/cancel/",
+        workflow_views.cancel,
+        name="workflow_cancel",
+    ),
+    path(
+        "workflows/<uuid:workflow_id>/retry-failed/",
+        workflow_views.retry_failed,
+        name="workflow_retry_failed",
+    ),
     path("tasks/", views.task_list, name="tasks"),
     # Any stored task path reverses, newlines and all: a row written by raw SQL or another
     # tool must not take the page listing it down.

@@ -14,7 +14,7 @@ from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from . import db, moments, payload
+from . import db, moments, payload, workflows
 from .errors import JobCancelled
 from .models import AuditEntry, Job
 from .retry import MAX_ATTEMPTS
@@ -103,11 +103,13 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
             if refused is None:
                 raise
             return refused
+        rearmed = workflows.rearm(job_id) if changed else []
         return _answer(
             job_id,
             "retry",
             changed,
-            done="job put back in line",
+            done="job put back in line"
+            + (f"; {len(rearmed)} jobs after it wait again" if rearmed else ""),
             refused_in=RETRYABLE,
             refusal=f"job used all {MAX_ATTEMPTS} attempts; rerun it instead",
             audit={"user": user, "source": source, "record": record},

@@ -160,7 +160,12 @@ class JobsBackend(BaseTaskBackend):
             else:
                 with transaction.atomic():
                     row["parent_id"], row["state"] = self._continuation_state(after)
+                    if row["state"] == JobState.SCHEDULED:
+                        row["waiting_for"] = 1
                     self._insert(row)
+                    if row["state"] == JobState.SCHEDULED:
+                        # The one-parent case of a workflow's edges (jobs.db: "run after").
+                        db.link([(row["id"], row["parent_id"])])
                     if row["state"] == JobState.CANCELLED:
                         db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
         result = self._result_from_row(task, row)

@@ -16,7 +16,7 @@ from .errortext import for_log
 from .models import Job, WorkerNode
 from .states import TERMINAL, AttemptOutcome, JobState
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 # --- on every heartbeat ----------------------------------------------------------------------
 

@@ -108,6 +108,17 @@ class Job(models.Model):
     # Attempts given back by Snooze: they do not count toward max_attempts, and an attempt
     # row's number is attempt + snoozes (every run keeps its own row).
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # The last progress a running attempt reported (jobs.reports): {"done", "total", "message",
+    # "updated_at", "attempt"}; null until one is reported.
+    progress = models.JSONField(null=True, blank=True)
+    # The workflow or batch this job is a node of (jobs.workflows); null for a lone job.
+    workflow_id = models.UUIDField(null=True, blank=True)
+    # The node's name in its workflow (context.upstream's keys); "" outside a workflow.
+    node_name = models.CharField(max_length=100, blank=True, default="")
+    # Upstream jobs (Dependency rows) not yet settled; a scheduled job is released at 0.
+    waiting_for = models.PositiveIntegerField(default=0)
+    # Runs once its upstream jobs ended whichever way, instead of being cancelled by a failure.
+    runs_on_upstream_failure = models.BooleanField(default=False)
 
     objects = JobQuerySet.as_manager()
 
@@ -200,6 +211,9 @@ class Job(models.Model):
                 name="job_state_finished",
             ),
             models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="job_parent"),
+            models.Index(
+                fields=["workflow_id"], condition=Q(workflow_id__isnull=False), name="job_workflow"
+            ),
             # Dead letters grouped by task and error (the console's dead-letter page).
             models.Index(
                 fields=["task_path", "error_type", "-finished_at"],
@@ -254,6 +268,31 @@ class Attempt(models.Model):
         if self.started_at and self.finished_at:
             return self.finished_at - self.started_at
         return None
+
+
+class LogLine(models.Model):
+    """A line a task logged through `context.logger` during an attempt (see jobs.attempt_log).
+
+    An attempt keeps its first and its last lines; `seq` numbers every line it logged, so a gap
+    between two kept lines is where lines were cut, and how many.
+    """
+
+    # Looked up through the (job, attempt, seq) unique index; no second index on job alone.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines", db_index=False)
+    attempt = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField()
+    logged_at = models.DateTimeField()
+    level = models.CharField(max_length=32)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["job", "attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "seq"], name="logline_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.job_id} attempt {self.attempt} #{self.seq} {self.level}: {self.message}"
 
 
 class WorkerNodeQuerySet(models.QuerySet):
@@ -471,3 +510,52 @@ class LimitStart(models.Model):
 
     def __str__(self):
         return f"{self.bucket} at {self.started_at}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs enqueued together (jobs.workflows): a workflow, or a batch with callbacks.
+
+    Its progress and state are read from its jobs; the row keeps what the jobs cannot say.
+    """
+
+    class Kind(models.TextChoices):
+        # Nodes with their own `after` lists.
+        WORKFLOW = "workflow", "Workflow"
+        # Independent jobs, with on_success / on_finish callback nodes after all of them.
+        BATCH = "batch", "Batch"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.WORKFLOW)
+    created_at = models.DateTimeField(default=timezone.now)
+    nodes = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.kind} {self.name} {self.id}"
+
+
+class Dependency(models.Model):
+    """`downstream` runs after `upstream`: a workflow's edge, or a continuation's parent.
+
+    The one home of "run after": a finish settles the edges of the jobs that ended, in its own
+    transaction, decrementing each downstream job's `waiting_for` (jobs.db).
+    """
+
+    downstream = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="upstream_edges", db_index=False
+    )
+    upstream = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="downstream_edges", db_index=False
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["downstream", "upstream"], name="dependency_once"),
+        ]
+        indexes = [models.Index(fields=["upstream"], name="dependency_upstream")]
+
+    def __str__(self):
+        return f"{self.downstream_id} after {self.upstream_id}"

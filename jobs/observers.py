@@ -9,7 +9,7 @@ import logging
 
 from . import sentry, tracing
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 
 def attempts_settled(settled, backend) -> None:

@@ -17,7 +17,7 @@ from .errortext import describe, for_log
 from .states import CANCEL_OVERRIDES, AttemptOutcome, DeadLetterReason, JobState
 from .tasks import load_task
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 _rng = random.Random()
 
 

@@ -25,7 +25,7 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 from multiprocessing import forkserver, resource_tracker
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 IDLE = -1.0
 # How often the child checks that its worker is alive and its job's lease still holds.
@@ -485,7 +485,10 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     from django.db import connections
 
     from .outcome import Ran
+    from .reports import start_live_writer
     from .runner import run_attempt
+
+    start_live_writer()
 
     current = [None]
 

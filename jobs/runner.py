@@ -16,6 +16,7 @@ from .db import Claimed
 from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
+from .reports import AttemptReport
 from .states import DeadLetterReason
 from .tasks import JobContext, load_task
 
@@ -113,13 +114,17 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
         result = _task_result(claimed, task, args, kwargs, started, worker_id)
     if announce_start:
         task_started.send(sender=sender, task_result=result)
+    report = None
     try:
         if task.takes_context:
+            report = AttemptReport(claimed.id, claimed.lease_id, claimed.attempt)
             context = JobContext(
                 task_result=result,
                 attempt=claimed.attempt,
                 max_attempts=claimed.max_attempts,
                 job_id=str(claimed.id),
+                logger=report.logger,
+                report=report,
             )
             value = task.call(context, *args, **kwargs)
         else:
@@ -164,6 +169,8 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
         )
     else:
         failure = None
+    if report is not None:
+        report.close()  # what it reported is written before its outcome goes back
     if failure is not None:
         # Sent outside the except block: the framework's own log receiver then has no exception
         # to print in full (uncapped, across many lines); the engine records and logs it.

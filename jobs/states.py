@@ -61,7 +61,8 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD_LETT
 ACTIVE = frozenset(set(JobState) - TERMINAL)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
+    # Back to waiting: a retried workflow node whose upstream jobs have not all settled it.
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.SCHEDULED}),
     JobState.SCHEDULED: frozenset({JobState.PENDING, JobState.CANCELLED}),
     JobState.RUNNING: frozenset(
         {
@@ -75,8 +76,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     JobState.RETRYING: frozenset({JobState.RUNNING, JobState.CANCELLED}),
     JobState.SUCCEEDED: frozenset(),
-    # Retry by an operator puts the same row back in line.
-    JobState.CANCELLED: frozenset({JobState.PENDING}),
+    # Retry by an operator puts the same row back in line; a workflow node cancelled because an
+    # upstream node failed waits again when that node is retried (jobs.workflows.rearm).
+    JobState.CANCELLED: frozenset({JobState.PENDING, JobState.SCHEDULED}),
     JobState.DEAD_LETTER: frozenset({JobState.PENDING}),
 }
 

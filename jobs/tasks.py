@@ -109,12 +109,29 @@ class JobContext(TaskContext):
     max_attempts: int
     job_id: str
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("jobs.task"))
+    # Where this attempt's progress and log lines go (a jobs.reports.AttemptReport).
+    report: Any = field(default=None, repr=False, compare=False)
+
+    def progress(self, done, total=None, message="") -> None:
+        """Record how far this attempt has come (`done` of `total`, and what it is doing): the
+        console and the API show it while the job runs. Cheap to call often: it is written at
+        most once a second, and the last value always."""
+        if self.report is not None:
+            self.report.progress(done, total, message)
 
     def cancel_requested(self) -> bool:
         """True once an operator has asked to cancel this running job; return early then."""
         from .models import Job
 
         return Job.objects.filter(id=self.job_id, cancel_requested_at__isnull=False).exists()
+
+    @property
+    def upstream(self) -> dict:
+        """The return values of the jobs this one ran after: {node name: value} (a failed
+        upstream job, run past with on_upstream_failure="run", gives None)."""
+        from .workflows import upstream_values
+
+        return upstream_values(self.job_id)
 
 
 def load_task(task_path: str):

@@ -40,7 +40,7 @@ from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBefore
 from .states import FAILED_ATTEMPT, AttemptOutcome, JobState
 from .timing import DEFAULTS as DEFAULT_TIMING
 
-logger = logging.getLogger("jobs.worker")
+logger = logging.getLogger(__name__)
 
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 

@@ -72,9 +72,11 @@ def import_catalogue(context, supplier, seconds=180):
             context.logger.info("import from %s cancelled after %.0f s", supplier, elapsed)
             return {"supplier": supplier, "imported": step * 50, "complete": False}
         step += 1
+        context.progress(int(elapsed), seconds, f"{step * 50:,} products from {supplier}")
         if step % 10 == 0:
             context.logger.info("import from %s: %s products so far", supplier, step * 50)
         time.sleep(1)
+    context.progress(seconds, seconds, f"{step * 50:,} products from {supplier}: done")
     return {"supplier": supplier, "imported": step * 50, "complete": True}
 
 
@@ -84,3 +86,9 @@ def sync_inventory(context, warehouse):
     if context.attempt <= 4:
         raise TimeoutError(f"warehouse {warehouse} API did not answer within 30 s")
     return {"warehouse": warehouse, "synced": True, "attempts": context.attempt}
+
+
+@task()
+def batch_report(batch_id, counts):
+    """A batch callback: on_success / on_finish get the batch id and its counts per state."""
+    return {"batch_id": batch_id, "counts": counts}

@@ -174,6 +174,18 @@ def viewer(django_user_model):
 
 
 @pytest.fixture
+def operator_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def viewer_client(client, viewer):
+    client.force_login(viewer)
+    return client
+
+
+@pytest.fixture
 def operator_headers():
     """A bearer token of a user who may act."""
     return bearer(token_for(make_api_user("operator", operate=True)))

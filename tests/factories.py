@@ -5,7 +5,7 @@ import uuid
 from django.utils import timezone
 
 from jobs.db import Claimed
-from jobs.models import Attempt, Job
+from jobs.models import Attempt, Dependency, Job
 from jobs.states import TERMINAL, JobState
 from tests import tasks
 
@@ -37,8 +37,15 @@ def make_job(state=JobState.PENDING, **fields):
             error_type="ValueError",
             error_message="it broke",
         )
+    waits = state == JobState.SCHEDULED and fields.get("parent") is not None
+    if waits:
+        values["waiting_for"] = 1
     values.update(fields)
-    return Job.objects.create(**values)
+    job = Job.objects.create(**values)
+    if waits:
+        # A continuation waits through its edge to the parent, as an enqueue stores it.
+        Dependency.objects.create(downstream=job, upstream=fields["parent"])
+    return job
 
 
 def add_attempts(job, outcomes):

@@ -1,5 +1,6 @@
 """Tasks the tests enqueue; the worker subprocess imports them from here."""
 
+import asyncio
 import os
 import signal
 import time
@@ -286,3 +287,76 @@ def snoozes_then_fails(context, key, times):
 @task(backoff=NO_WAIT)
 def returns_text(size):
     return "r" * size
+
+
+# --- progress and log lines (jobs.reports) ------------------------------------------------------
+
+
+def _wait_for_file(path, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def reports_steps(context, folder, steps):
+    """Reports step i of `steps`, then waits until the test creates `folder`/go-i."""
+    for i in range(steps):
+        context.progress(i, steps, f"step {i}")
+        context.logger.info("at step %d", i)
+        _wait_for_file(Path(folder) / f"go-{i}")
+    context.progress(steps, steps, "done")
+    return steps
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def logs_lines(context, count, fail=False):
+    """Logs `count` numbered lines (and fails after them when `fail`)."""
+    for i in range(1, count + 1):
+        context.logger.info("line %d of %d", i, count)
+    if fail:
+        raise ValueError("failed after logging")
+    return count
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def logs_hostile(context, text, wait_for=""):
+    """Logs `text` and reports it as the progress message; waits for `wait_for` if given."""
+    context.progress(1, 2, text)
+    context.logger.warning(text)
+    if wait_for:
+        _wait_for_file(wait_for)
+    return None
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+async def async_reports(context, count):
+    """An async def task reporting progress and logging a line at each of `count` steps."""
+    for i in range(1, count + 1):
+        context.progress(i, count, f"async step {i}")
+        context.logger.info("async line %d", i)
+        await asyncio.sleep(0)
+    return count
+
+
+@task(backoff=NO_WAIT)
+def node(key, value=None):
+    """A workflow node: records its run, returns `value`."""
+    _ledger(key)
+    return value
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+def join(context, key):
+    """A workflow node that returns what its upstream nodes returned."""
+    _ledger(key)
+    return context.upstream
+
+
+@task(backoff=NO_WAIT)
+def batch_callback(batch_id, counts):
+    """A batch callback: records its run, returns what it was given."""
+    _ledger(f"callback-{batch_id}")
+    return {"batch_id": batch_id, "counts": counts}

@@ -36,12 +36,6 @@ API = ["/api/v1/jobs", "/api/v1/queues", "/api/v1/metrics/summary", "/metrics"]
 
 
 @pytest.fixture
-def operator_client(client, operator):
-    client.force_login(operator)
-    return client
-
-
-@pytest.fixture
 def odd_rows(db):
     jobs = []
     for n, text in enumerate(ODD):

@@ -73,18 +73,6 @@ def buttons_in(html: str) -> list[str]:
 
 
 @pytest.fixture
-def operator_client(client, operator):
-    client.force_login(operator)
-    return client
-
-
-@pytest.fixture
-def viewer_client(client, viewer):
-    client.force_login(viewer)
-    return client
-
-
-@pytest.fixture
 def dead_letter(db):
     return make_job(JobState.DEAD_LETTER)
 

@@ -38,17 +38,17 @@ def test_every_allowed_transition_is_accepted(source, target):
 
 def test_succeeded_is_final_and_other_terminal_states_only_go_back_to_pending():
     assert TRANSITIONS[JobState.SUCCEEDED] == frozenset()
-    for state in TERMINAL - {JobState.SUCCEEDED}:
-        assert TRANSITIONS[state] == {JobState.PENDING}
+    assert TRANSITIONS[JobState.DEAD_LETTER] == {JobState.PENDING}
+    # A workflow node cancelled by its upstream node's failure waits again on that one's retry.
+    assert TRANSITIONS[JobState.CANCELLED] == {JobState.PENDING, JobState.SCHEDULED}
 
 
 def test_only_claimable_states_lead_to_running():
     assert set(sources_of(JobState.RUNNING)) == {JobState.PENDING, JobState.RETRYING}
 
 
-def test_no_state_leads_back_to_scheduled():
-    with pytest.raises(IllegalTransition):
-        sources_of(JobState.SCHEDULED)
+def test_only_a_retried_or_re_armed_workflow_node_goes_back_to_scheduled():
+    assert set(sources_of(JobState.SCHEDULED)) == {JobState.PENDING, JobState.CANCELLED}
 
 
 def test_the_guards_of_the_operator_actions_are_those_of_the_contract():

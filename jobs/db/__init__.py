@@ -36,6 +36,8 @@ __all__ = [
     "finish_and_claim",
     "insert_job",
     "insert_job_batch",
+    "insert_jobs",
+    "link",
     "notify_workers",
     "release_continuations",
     "renew_leases",
@@ -71,6 +73,12 @@ def insert_job_batch(template: dict, calls) -> None:
     engine().insert_job_batch(template, calls)
 
 
+def insert_jobs(rows: list[dict]) -> None:
+    """Insert new jobs of any shape (each row as `insert_job` takes it); all or none, one count,
+    one wake-up."""
+    engine().insert_jobs(rows)
+
+
 def notify_workers() -> None:
     """Wake idle workers (delivered at commit); nothing to do where workers poll."""
     engine().notify_workers()
@@ -99,6 +107,11 @@ def release_continuations(parent_ids, *, cursor=None):
 
 def cancel_continuations(parent_ids, *, cursor=None):
     return engine().cancel_continuations(parent_ids, cursor=cursor)
+
+
+def link(edges, *, cursor=None) -> None:
+    """Store that each (downstream, upstream) job id pair runs after its upstream job."""
+    engine().link(edges, cursor=cursor)
 
 
 def add_counters(counts: dict[str, int], *, cursor=None) -> None:

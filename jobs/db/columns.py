@@ -38,6 +38,7 @@ PG_TYPES = {
     "PositiveIntegerField": "int",
     "PositiveSmallIntegerField": "int",
     "FloatField": "float8",
+    "BooleanField": "boolean",
     "DateTimeField": "timestamptz",
 }
 
@@ -54,6 +55,8 @@ class Column:
     defaults_to_now: bool
     # None is stored as "" (a not-null text column whose default is "").
     empty_text: bool
+    # What a not-null column with a constant default takes when the row leaves it out.
+    fallback: object = None
 
 
 def _column(field: models.Field) -> Column:
@@ -68,6 +71,9 @@ def _column(field: models.Field) -> Column:
         nullable=field.null,
         defaults_to_now=field.default is timezone.now,
         empty_text=not field.null and field.default == "",
+        fallback=None
+        if field.null or callable(field.default) or field.default is models.NOT_PROVIDED
+        else field.default,
     )
 
 

@@ -35,6 +35,11 @@ from .records import Claimed, Expired, Finish
 JOB = "jobs_job"
 ATTEMPT = "jobs_attempt"
 COUNTER = "jobs_counterdelta"
+DEPENDENCY = "jobs_dependency"
+# The node names of a batch's callbacks (jobs.workflows); a workflow's own nodes cannot take them.
+BATCH_CALLBACKS = ("batch.on_success", "batch.on_finish")
+# Why a job waiting for others was cancelled: one of them ended unsuccessfully.
+UPSTREAM_FAILED = "ParentFailed"
 # Queues nobody claims from (jobs.queues); a handful of rows at most.
 PAUSED = "jobs_pausedqueue"
 
@@ -84,6 +89,8 @@ def applied_as(r: Finish, state: str) -> Finish:
 def insert_value(column: Column, row: dict):
     """A new job's value for `column`, as the insert statements take it."""
     value = row.get(column.name)
+    if value is None and column.fallback is not None:
+        value = column.fallback
     if column.is_json:
         return None if value is None and column.nullable else payload.dumps(value)
     if column.empty_text:
@@ -392,54 +399,136 @@ class Engine:
             claimed = self.claim_within(**claim_args) if wants_claim else []
         return applied, claimed
 
-    # --- continuations and counters ----------------------------------------------------------
+    # --- run after: continuations and workflow edges --------------------------------------
+    #
+    # A job that waits for others is `scheduled` with `waiting_for` = its unsettled upstream
+    # jobs (Dependency rows: a continuation has one, a workflow node any number). When upstream
+    # jobs end, one guarded update decrements their downstream jobs by the number of their
+    # edges to them, in the transaction that ended them; the update that reaches 0 moves the
+    # job to pending. Concurrent finishes serialise on the downstream row, so exactly one of
+    # them releases it. PostgreSQL locks the downstream rows in id order first: two finishes
+    # sharing two downstream jobs (a batch's callbacks) never wait on each other crosswise.
 
-    def release_sets(self) -> str:
-        """A continuation whose parent succeeded is due now."""
-        return f"state = {sql_state(JobState.PENDING)}, run_after = {self.now}"
+    def settle_sql(self, upstreams: str, only_runs_on_failure: bool) -> str:
+        """Decrement the scheduled jobs after `upstreams` (a subquery of ids, or a list)."""
+        left = f"CASE WHEN {JOB}.waiting_for > x.n THEN {JOB}.waiting_for - x.n ELSE 0 END"
+        mode = f"AND {JOB}.runs_on_upstream_failure = TRUE" if only_runs_on_failure else ""
+        return f"""
+            UPDATE {JOB} SET waiting_for = {left},
+                state = CASE WHEN {JOB}.waiting_for <= x.n THEN {sql_state(JobState.PENDING)}
+                             ELSE {JOB}.state END,
+                run_after = CASE WHEN {JOB}.waiting_for <= x.n THEN {self.now}
+                                 ELSE {JOB}.run_after END
+            FROM (SELECT downstream_id AS id, count(*) AS n FROM {DEPENDENCY}
+                  WHERE upstream_id IN ({upstreams}) GROUP BY downstream_id) AS x
+            WHERE {JOB}.id = x.id AND {JOB}.state = {sql_state(JobState.SCHEDULED)} {mode}
+            RETURNING {JOB}.id, {JOB}.state, {JOB}.node_name, {JOB}.workflow_id
+        """
+
+    def lock_downstream(self, cursor, upstreams: str, params) -> None:
+        """Lock the scheduled jobs after `upstreams` in id order (where rows can be locked)."""
+
+    def _ids_param(self, ids) -> tuple[str, list]:
+        values = [self.uuid_value(i) for i in ids]
+        return ", ".join([self.uuid_param] * len(values)), values
 
     def release_continuations(self, parent_ids, *, cursor=None):
-        """Continuations of parents that succeeded become pending (due now)."""
-        return self._update_children(parent_ids, self.release_sets(), cursor=cursor, notify=True)
+        """Jobs waiting for `parent_ids`, which succeeded, count them settled; those left
+        waiting for nothing become pending (due now). Returns the ids released."""
+        return self._settle(parent_ids, cursor=cursor, only_runs_on_failure=False)
 
-    def cancel_continuations(self, parent_ids, *, cursor=None):
-        """Continuations of parents that ended unsuccessfully are cancelled, recursively.
-
-        Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended
-        the parent.
-        """
-        total = 0
-        frontier = list(parent_ids)
-        while frontier:
-            cancelled = self._update_children(
-                frontier,
-                f"state = {sql_state(JobState.CANCELLED)}, finished_at = {self.now}, "
-                "error_type = 'ParentFailed', error_message = 'its parent job did not succeed'",
-                cursor=cursor,
-            )
-            total += len(cancelled)
-            frontier = cancelled
-        self.add_counters({"jobs_cancelled": total}, cursor=cursor)
-        return total
-
-    def _update_children(self, parent_ids, assignments, *, cursor=None, notify=False):
-        ids = [self.uuid_value(i) for i in parent_ids]
-        sql = (
-            f"UPDATE {JOB} SET {assignments} WHERE state = {sql_state(JobState.SCHEDULED)} "
-            f"AND parent_id IN ({', '.join([self.uuid_param] * len(ids))}) RETURNING id"
-        )
+    def _settle(self, upstream_ids, *, cursor, only_runs_on_failure):
+        if not upstream_ids:
+            return []
+        upstreams, params = self._ids_param(upstream_ids)
 
         def run(c):
-            c.execute(sql, ids)
-            changed = [parse_uuid(r[0]) for r in c.fetchall()]
-            if notify and changed and self.wakes_workers:
-                self.notify(c)
-            return changed
+            self.lock_downstream(c, upstreams, params)
+            c.execute(self.settle_sql(upstreams, only_runs_on_failure), params)
+            rows = c.fetchall()
+            released = [r for r in rows if r[1] == JobState.PENDING]
+            self.after_release(c, released)
+            return [parse_uuid(r[0]) for r in released]
 
         if cursor is not None:
             return run(cursor)
         with connection.cursor() as c:
             return run(c)
+
+    def after_release(self, cursor, released) -> None:
+        """Released rows (id, state, node_name, workflow_id): batch callbacks learn the batch's
+        counts, and idle workers are woken."""
+        callbacks = [r for r in released if r[3] is not None and r[2] in BATCH_CALLBACKS]
+        for r in callbacks:
+            self.give_batch_counts(cursor, r[0], r[3])
+        if released and self.wakes_workers:
+            self.notify(cursor)
+
+    def give_batch_counts(self, cursor, job_id, workflow_id) -> None:
+        """A released batch callback's keyword arguments: the batch id and its jobs' counts per
+        state, read in the transaction that released it (every member has settled by then)."""
+        names = ", ".join(f"'{n}'" for n in BATCH_CALLBACKS)
+        cursor.execute(
+            f"SELECT state, count(*) FROM {JOB} WHERE workflow_id = {self.uuid_param} "
+            f"AND node_name NOT IN ({names}) GROUP BY state",
+            [self.uuid_value(workflow_id)],
+        )
+        counts = {state: n for state, n in cursor.fetchall()}
+        batch_id = str(parse_uuid(workflow_id))
+        cursor.execute(
+            f"UPDATE {JOB} SET kwargs = %s WHERE id = {self.uuid_param}",
+            [payload.dumps({"batch_id": batch_id, "counts": counts}), self.uuid_value(job_id)],
+        )
+
+    def cancel_continuations(self, parent_ids, *, cursor=None):
+        """Jobs waiting for `parent_ids`, which ended unsuccessfully: those that run whatever
+        happens upstream count them settled; the others are cancelled, and so on downstream.
+
+        Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended
+        the parent.
+        """
+
+        def run(c):
+            total = 0
+            frontier = list(parent_ids)
+            while frontier:
+                self._settle(frontier, cursor=c, only_runs_on_failure=True)
+                upstreams, params = self._ids_param(frontier)
+                self.lock_downstream(c, upstreams, params)
+                c.execute(
+                    f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
+                    f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
+                    "error_message = 'its parent job did not succeed' "
+                    f"WHERE state = {sql_state(JobState.SCHEDULED)} "
+                    f"AND runs_on_upstream_failure = FALSE AND id IN "
+                    f"(SELECT downstream_id FROM {DEPENDENCY} WHERE upstream_id IN ({upstreams})) "
+                    "RETURNING id",
+                    params,
+                )
+                frontier = [parse_uuid(r[0]) for r in c.fetchall()]
+                total += len(frontier)
+            self.add_counters({"jobs_cancelled": total}, cursor=c)
+            return total
+
+        if cursor is not None:
+            return run(cursor)
+        with connection.cursor() as c:
+            return run(c)
+
+    def link(self, edges, *, cursor=None) -> None:
+        """Store (downstream, upstream) job id pairs."""
+        if not edges:
+            return
+        sql = f"INSERT INTO {DEPENDENCY} (downstream_id, upstream_id) VALUES "
+        for start in range(0, len(edges), 400):
+            chunk = edges[start : start + 400]
+            values = ", ".join([f"({self.uuid_param}, {self.uuid_param})"] * len(chunk))
+            params = [self.uuid_value(x) for pair in chunk for x in pair]
+            if cursor is not None:
+                cursor.execute(sql + values, params)
+            else:
+                with connection.cursor() as c:
+                    c.execute(sql + values, params)
 
     def add_counters(self, counts: dict[str, int], *, cursor=None):
         rows = [(name, n) for name, n in counts.items() if n]
@@ -477,6 +566,10 @@ class Engine:
         raise NotImplementedError
 
     def insert_job_batch(self, template: dict, calls) -> None:
+        raise NotImplementedError
+
+    def insert_jobs(self, rows: list[dict]) -> None:
+        """Insert new jobs of any shape (a workflow's nodes) in the caller's transaction."""
         raise NotImplementedError
 
     # --- heartbeat, recovery, expiry ---------------------------------------------------------
@@ -540,20 +633,49 @@ class Engine:
         return expired
 
     def settle_orphaned_continuations(self, limit: int = 1000) -> int:
-        """Safety net: continuations whose parent already ended (enqueued in a race with it)."""
+        """Safety net: jobs still waiting although every job they wait for has ended (a
+        continuation enqueued in a race with its parent's finish): they are settled now."""
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT c.parent_id, p.state FROM {JOB} c JOIN {JOB} p ON p.id = c.parent_id "
-                f"WHERE c.state = {sql_state(JobState.SCHEDULED)} "
-                f"AND p.state IN ({sql_in(TERMINAL)}) LIMIT %s",
+                f"SELECT c.id FROM {JOB} c WHERE c.state = {sql_state(JobState.SCHEDULED)} "
+                f"AND NOT EXISTS (SELECT 1 FROM {DEPENDENCY} d JOIN {JOB} p "
+                f"ON p.id = d.upstream_id WHERE d.downstream_id = c.id "
+                f"AND p.state NOT IN ({sql_in(TERMINAL)})) LIMIT %s",
                 [limit],
             )
-            rows = cursor.fetchall()
-            done = {parse_uuid(p) for p, s in rows if s == JobState.SUCCEEDED}
-            failed = {parse_uuid(p) for p, s in rows if s != JobState.SUCCEEDED}
+            stuck = [parse_uuid(r[0]) for r in cursor.fetchall()]
+            if not stuck:
+                return 0
+            ids, params = self._ids_param(stuck)
+            cursor.execute(
+                f"SELECT DISTINCT d.downstream_id FROM {DEPENDENCY} d "
+                f"JOIN {JOB} p ON p.id = d.upstream_id WHERE d.downstream_id IN ({ids}) "
+                f"AND p.state <> {sql_state(JobState.SUCCEEDED)}",
+                params,
+            )
+            doomed = [parse_uuid(r[0]) for r in cursor.fetchall()]
             n = 0
-            if done:
-                n += len(self.release_continuations(list(done), cursor=cursor))
-            if failed:
-                n += self.cancel_continuations(list(failed), cursor=cursor)
-        return n
+            if doomed:
+                doomed_ids, doomed_params = self._ids_param(doomed)
+                cursor.execute(
+                    f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
+                    f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
+                    "error_message = 'its parent job did not succeed' "
+                    f"WHERE id IN ({doomed_ids}) AND state = {sql_state(JobState.SCHEDULED)} "
+                    "AND runs_on_upstream_failure = FALSE RETURNING id",
+                    doomed_params,
+                )
+                cancelled = [parse_uuid(r[0]) for r in cursor.fetchall()]
+                self.add_counters({"jobs_cancelled": len(cancelled)}, cursor=cursor)
+                n += len(cancelled) + self.cancel_continuations(cancelled, cursor=cursor)
+            # Waiting for nothing at all: released as the recount finds it.
+            cursor.execute(
+                f"UPDATE {JOB} SET state = {sql_state(JobState.PENDING)}, waiting_for = 0, "
+                f"run_after = {self.now} WHERE id IN ({ids}) "
+                f"AND state = {sql_state(JobState.SCHEDULED)} RETURNING id, state, node_name, "
+                "workflow_id",
+                params,
+            )
+            released = cursor.fetchall()
+            self.after_release(cursor, released)
+            return n + len(released)

@@ -23,7 +23,9 @@ from . import pooler
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
+    BATCH_CALLBACKS,
     COUNTER,
+    DEPENDENCY,
     FINISH_COUNTERS,
     JOB,
     Engine,
@@ -157,6 +159,14 @@ class PostgresEngine(Engine):
         )
         return {i for (k,) in cursor.fetchall() for i in keys[k]}
 
+    def lock_downstream(self, cursor, upstreams, params):
+        cursor.execute(
+            f"SELECT id FROM {JOB} WHERE state = {sql_state(JobState.SCHEDULED)} AND id IN "
+            f"(SELECT downstream_id FROM {DEPENDENCY} WHERE upstream_id IN ({upstreams})) "
+            "ORDER BY id FOR UPDATE",
+            params,
+        )
+
     def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds):
         """A worker's connection. A stalled worker must not hold locks longer than a lease, nor
         wait on one longer than a heartbeat (PostgreSQL ends the session or the statement; the
@@ -166,7 +176,7 @@ class PostgresEngine(Engine):
         statistics taken before the table held due jobs (a new installation's first burst, any
         bulk load, a server running without autovacuum) the planner believes a handful of rows
         are due, reads every due row through a bitmap instead and sorts them all, on every
-        claim: 6.5 ms instead of 0.25 ms at 20,000 due jobs, growing with the backlog. The
+        claim, a cost growing with the backlog (bench/README.md, "claims and plans"). The
         worker's other statements read rows by key or through small partial indexes, where a
         bitmap scan gains nothing (pruning runs in its own command, not in the worker).
 
@@ -270,6 +280,44 @@ class PostgresEngine(Engine):
                     )
             cursor.execute(self.count_and_notify_sql, [len(calls)], prepare=True)
 
+    def insert_jobs(self, rows: list[dict]) -> None:
+        """Rows of any shape stream in through COPY; one count, one wake-up."""
+        if not rows:
+            return
+        inserted = job_inserted()
+        names = ", ".join(c.name for c in inserted)
+        with transaction.atomic(), BoundCursor() as cursor:
+            now = cursor.execute("SELECT now()").fetchone()[0]
+
+            def value(column, row):
+                if column.name == FINISHED_AT:
+                    return now if row["state"] in TERMINAL else None
+                v = insert_value(column, row)
+                return now if v is None and column.defaults_to_now else v
+
+            with cursor.copy(f"COPY {JOB} ({names}) FROM STDIN") as copy:
+                for start in range(0, len(rows), 2000):
+                    copy.write(
+                        "".join(
+                            "\t".join(_copy_text(value(c, row)) for c in inserted) + "\n"
+                            for row in rows[start : start + 2000]
+                        )
+                    )
+            cursor.execute(self.count_and_notify_sql, [len(rows)], prepare=True)
+
+    def link(self, edges, *, cursor=None) -> None:
+        if not edges:
+            return
+        sql = f"COPY {DEPENDENCY} (downstream_id, upstream_id) FROM STDIN"
+        with BoundCursor() as bound, bound.copy(sql) as copy:
+            for start in range(0, len(edges), 5000):
+                copy.write(
+                    "".join(
+                        f"{self.uuid_value(d).hex}\t{self.uuid_value(u).hex}\n"
+                        for d, u in edges[start : start + 5000]
+                    )
+                )
+
     # --- claim --------------------------------------------------------------------------------
 
     # One statement of constant text per shape: the due jobs' ids picked by walking the claim
@@ -371,6 +419,8 @@ class PostgresEngine(Engine):
         )
         named = ", ".join(f"('{name}', a.n{i})" for i, (name, _, _) in enumerate(FINISH_COUNTERS))
         cancelled = sql_state(JobState.CANCELLED)
+        scheduled = sql_state(JobState.SCHEDULED)
+        pending = sql_state(JobState.PENDING)
         # The state guard compares with a column of v, not a literal: given a literal, the
         # planner may scan every running job (all workers' prefetched ones, and their dead
         # versions) instead of looking up each outcome's row by its primary key.
@@ -396,11 +446,24 @@ class PostgresEngine(Engine):
         SELECT {", ".join(attempt_exprs.get(n, n) for n in attempt_names)}
         FROM done WHERE outcome IS NOT NULL
     ),
+    up AS (
+        SELECT d.downstream_id AS id, count(*) AS n FROM {DEPENDENCY} d
+        JOIN done ON d.upstream_id = done.job_id
+        WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
+        GROUP BY d.downstream_id
+    ),
+    -- Waiting jobs locked in id order before the update (engine.py: why).
+    lk AS (
+        SELECT c.id, up.n FROM {JOB} c JOIN up ON c.id = up.id
+        WHERE c.state = {scheduled} ORDER BY c.id FOR UPDATE OF c
+    ),
     rel AS (
-        UPDATE {JOB} c SET {self.release_sets()}
-        FROM done WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
-          AND c.parent_id = done.job_id AND c.state = {sql_state(JobState.SCHEDULED)}
-        RETURNING c.id
+        UPDATE {JOB} c SET
+            waiting_for = CASE WHEN c.waiting_for > lk.n THEN c.waiting_for - lk.n ELSE 0 END,
+            state = CASE WHEN c.waiting_for <= lk.n THEN {pending} ELSE c.state END,
+            run_after = CASE WHEN c.waiting_for <= lk.n THEN now() ELSE c.run_after END
+        FROM lk WHERE c.id = lk.id AND c.state = {scheduled}
+        RETURNING c.id, c.state, c.node_name, c.workflow_id
     ),
     cnt AS (
         INSERT INTO {COUNTER} (name, value)
@@ -409,8 +472,13 @@ class PostgresEngine(Engine):
         WHERE x.n > 0
     ),
     -- Released continuations are due now: wake idle workers (delivered at commit).
-    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '') FROM (SELECT 1 FROM rel LIMIT 1) AS any_rel)
-    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken FROM done
+    woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '')
+             FROM (SELECT 1 FROM rel WHERE state = {pending} LIMIT 1) AS any_rel),
+    -- Released batch callbacks, to be given their batch's counts (engine.give_batch_counts).
+    cb AS (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS batches FROM rel
+           WHERE state = {pending} AND node_name IN ({sql_in(BATCH_CALLBACKS)}))
+    SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken, cb.ids, cb.batches
+    FROM done, cb
 """
 
     def finish_chunk(self, cursor, chunk: list[Finish]) -> list[Finish]:
@@ -419,6 +487,9 @@ class PostgresEngine(Engine):
             bound.execute(self.finish_sql, [_finish_document(chunk)], prepare=True)
             rows = bound.fetchall()
         changed = {row[0]: row[1] for row in rows}
+        if rows and rows[0][3]:
+            for job_id, batch_id in zip(rows[0][3], rows[0][4], strict=True):
+                self.give_batch_counts(cursor, job_id, batch_id)
         return [applied_as(r, changed[r.job_id]) for r in chunk if r.job_id in changed]
 
     # --- heartbeat, counters ------------------------------------------------------------------

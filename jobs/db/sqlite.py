@@ -27,6 +27,7 @@ from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
     COUNTER,
+    DEPENDENCY,
     JOB,
     Engine,
     applied_as,
@@ -57,7 +58,7 @@ ATTEMPT_VALUES = (
 def _padded(rows: int) -> int:
     """A batch of outcomes is padded with rows of NULLs (they match no job) up to a power of
     two: a handful of statement texts, each prepared once and kept in sqlite3's statement
-    cache, instead of one text per batch size (preparing costs ~1.3 µs per row)."""
+    cache, instead of one text per batch size (preparing costs about as much as running)."""
     return 1 << (rows - 1).bit_length()
 
 
@@ -73,8 +74,8 @@ def _sqlite_after(seconds) -> str:
 def _register_sqlite_clock(sender, connection, **kwargs):
     if connection.vendor == "sqlite":
         # Deterministic: SQLite then reads the clock once per run of a statement, not once per
-        # row (one value per statement, as PostgreSQL's now() is one per transaction); a claim
-        # of 200 jobs over 1,000 pending ones called back into Python 1,400 times.
+        # row (one value per statement, as PostgreSQL's now() is one per transaction), instead
+        # of calling back into Python for every row a claim reads.
         connection.connection.create_function("jobsite_now", 0, _sqlite_now, deterministic=True)
         connection.connection.create_function("jobsite_after", 1, _sqlite_after, deterministic=True)
         _share_the_file(connection.connection)
@@ -148,8 +149,8 @@ class SQLiteEngine(Engine):
 
     def claim_source(self, shape):
         # Without statistics the planner reads the claimable rows by `state` from a console
-        # index and sorts all of them on every claim (21 ms per claim over 10,000 pending jobs,
-        # growing with the backlog). The claim indexes (jobs.models) are already in claim
+        # index and sorts all of them on every claim, a cost growing with the backlog
+        # (bench/README.md, "SQLite claims"). The claim indexes (jobs.models) are already in claim
         # order: the claim reads LIMIT rows from one and stops.
         index = "job_claimable_queue" if shape else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
@@ -258,31 +259,56 @@ class SQLiteEngine(Engine):
                 self._insert(cursor, rows)
             self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
 
-    def _insert(self, cursor, rows: list[dict]) -> None:
+    def insert_jobs(self, rows: list[dict]) -> None:
+        if not rows:
+            return
         inserted = job_inserted()
-        values, params = [], []
-        for row in rows:
-            placeholders = []
-            for column in inserted:
-                value = insert_value(column, row)
-                if column.name == FINISHED_AT:
-                    placeholders.append(f"CASE WHEN %s THEN {self.now} ELSE NULL END")
-                    params.append(self.finished_at_value(column, row))
-                elif column.defaults_to_now:
-                    placeholders.append(f"COALESCE(%s, {self.now})")
-                    params.append(self.time_value(value))
-                else:
-                    placeholders.append("%s")
-                    params.append(
-                        self.uuid_value(value)
-                        if column.is_uuid
-                        else self.time_value(value)
-                        if column.is_time
-                        else value
-                    )
-            values.append("(" + ", ".join(placeholders) + ")")
         names = ", ".join(c.name for c in inserted)
-        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join(values)}", params)
+        sql = f"INSERT INTO {JOB} ({names}) VALUES ({self._placeholders()})".replace("%s", "?")
+        with transaction.atomic():
+            with raw_cursor() as raw:
+                raw.executemany(sql, [self._params(row) for row in rows])
+            self.add_counters({"jobs_enqueued": len(rows)})
+
+    def link(self, edges, *, cursor=None) -> None:
+        if not edges:
+            return
+        values = [(self.uuid_value(d), self.uuid_value(u)) for d, u in edges]
+        with raw_cursor() as raw:
+            raw.executemany(
+                f"INSERT INTO {DEPENDENCY} (downstream_id, upstream_id) VALUES (?, ?)", values
+            )
+
+    def _placeholders(self) -> str:
+        """One row's placeholders for job_inserted(), in order (params: `_params`)."""
+        return ", ".join(
+            f"CASE WHEN %s THEN {self.now} ELSE NULL END"
+            if column.name == FINISHED_AT
+            else f"COALESCE(%s, {self.now})"
+            if column.defaults_to_now
+            else "%s"
+            for column in job_inserted()
+        )
+
+    def _params(self, row: dict) -> list:
+        params = []
+        for column in job_inserted():
+            value = insert_value(column, row)
+            if column.name == FINISHED_AT:
+                params.append(self.finished_at_value(column, row))
+            elif column.is_uuid:
+                params.append(self.uuid_value(value))
+            elif column.is_time:
+                params.append(self.time_value(value))
+            else:
+                params.append(value)
+        return params
+
+    def _insert(self, cursor, rows: list[dict]) -> None:
+        names = ", ".join(c.name for c in job_inserted())
+        row = f"({self._placeholders()})"
+        params = [p for r in rows for p in self._params(r)]
+        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join([row] * len(rows))}", params)
 
     # --- finish -------------------------------------------------------------------------------
 

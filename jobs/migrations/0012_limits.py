@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0015_trace_context'),
+        ('jobs', '0013_workflows'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0011_claimable_queue_by_exclusion'),
+        ('jobs', '0014_progress_logs'),
     ]
 
     operations = [

@@ -1,0 +1,85 @@
+"""The console's workflow pages: the list of workflows and batches, one workflow's graph, and
+its Cancel workflow / Retry failed nodes actions."""
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from jobs import workflows
+from jobs.models import Workflow
+
+from .access import operator_required
+from .errors import error_page
+from .forms import ListFilterForm
+from .pages import console_page, render_page
+from .pagination import keyset_page
+from .permissions import can_operate
+from .workflow_graph import GRAPH_LIMIT, draw, layer_counts
+
+SOURCE = "dashboard"
+# Node columns the graph reads (no arguments, return values or tracebacks).
+NODE_COLUMNS = ("id", "task_path", "state", "node_name", "enqueued_at", "workflow_id")
+
+
+class WorkflowPageForm(ListFilterForm):
+    """Only the paging of the list (the filters of the job lists do not apply)."""
+
+    field_order = ["cursor", "limit"]
+
+
+@console_page
+def workflow_list(request):
+    form = WorkflowPageForm(request.GET)
+    page = None
+    if form.is_valid():
+        data = form.cleaned_data
+        page = keyset_page(
+            Workflow.objects.all(),
+            time_field="created_at",
+            cursor=data["cursor"],
+            limit=data["limit"],
+        )
+    context = {
+        "page": page,
+        "rows": workflows.summaries(page.rows) if page else [],
+        "form": form,
+    }
+    status = 200 if page is not None else 400
+    return render_page(request, "dashboard/workflows.html", "workflows", context, status=status)
+
+
+@console_page
+def workflow_detail(request, workflow_id):
+    record = Workflow.objects.filter(id=workflow_id).first()
+    if record is None:
+        return error_page(request, 404, f"No workflow has the id {workflow_id}.")
+    summary = workflows.summaries([record])[0]
+    graph = workflows.graph(record.id, columns=NODE_COLUMNS)
+    drawn = len(graph.nodes) <= GRAPH_LIMIT
+    context = {
+        "summary": summary,
+        "workflow": record,
+        "drawing": draw(graph) if drawn else None,
+        "layers": None if drawn else layer_counts(graph),
+        "graph_limit": GRAPH_LIMIT,
+        "can_operate": can_operate(request.user),
+    }
+    return render_page(request, "dashboard/workflow_detail.html", "workflow", context)
+
+
+@require_POST
+@operator_required
+def cancel(request, workflow_id):
+    n = workflows.cancel(workflow_id, user=request.user, source=SOURCE)
+    text = f"{n} nodes cancelled or asked to stop" if n else "no unfinished node to cancel"
+    (messages.success if n else messages.warning)(request, text)
+    return redirect("dashboard:workflow", workflow_id=workflow_id)
+
+
+@require_POST
+@operator_required
+def retry_failed(request, workflow_id):
+    n = workflows.retry_failed(workflow_id, user=request.user, source=SOURCE)
+    text = f"{n} failed nodes put back in line" if n else "no failed node to retry"
+    (messages.success if n else messages.warning)(request, text)
+    return redirect("dashboard:workflow", workflow_id=workflow_id)

@@ -1,0 +1,130 @@
+"""A running job speaks: its progress and log lines, written from the real worker's executor and
+read through the API and the console while it runs (jobs.reports, jobs.attempt_log)."""
+
+import uuid
+
+import pytest
+from django.test import Client
+
+from jobs import attempt_log
+from jobs.models import Job, LogLine
+from jobs.states import JobState
+from tests import tasks
+from tests.reliability_helpers import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def job_id(result):
+    return uuid.UUID(str(result.id))
+
+
+def api_job(headers, jid):
+    response = Client().get(f"/api/v1/jobs/{jid}", headers=headers)
+    assert response.status_code == 200
+    return response.json()
+
+
+def api_logs(headers, jid, attempt=None):
+    query = f"?attempt={attempt}" if attempt is not None else ""
+    response = Client().get(f"/api/v1/jobs/{jid}/logs{query}", headers=headers)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def finished(jid, timeout=30):
+    return wait_for(
+        lambda: (
+            Job.objects.filter(id=jid, state__in=[JobState.SUCCEEDED, JobState.DEAD_LETTER])
+            .values_list("state", flat=True)
+            .first()
+        ),
+        timeout=timeout,
+        what=f"job {jid} to finish",
+    )
+
+
+def test_progress_read_through_the_api_moves_while_the_job_runs_and_ends_at_its_last_value(
+    spawn_worker, reader_headers, tmp_path, operator
+):
+    jid = job_id(tasks.reports_steps.enqueue(str(tmp_path), 3))
+    spawn_worker("--concurrency", "1")
+    console = Client()
+    console.force_login(operator)
+    seen = []
+    for step in range(3):
+        progress = wait_for(
+            lambda step=step: (
+                (p := api_job(reader_headers, jid)["progress"]) and p["done"] == step and p
+            ),
+            timeout=30,
+            what=f"progress {step} of 3",
+        )
+        assert progress["total"] == 3 and progress["message"] == f"step {step}"
+        seen.append(progress["done"])
+        if step == 1:
+            page = console.get(f"/jobs/{jid}/").content.decode()
+            assert '<progress class="progress-bar" value="1" max="3"' in page
+            assert "1 of 3" in page and "step 1" in page
+            assert api_job(reader_headers, jid)["state"] == JobState.RUNNING
+        (tmp_path / f"go-{step}").touch()
+    assert finished(jid) == JobState.SUCCEEDED
+    final = api_job(reader_headers, jid)["progress"]
+    assert seen == [0, 1, 2]
+    assert (final["done"], final["total"], final["message"]) == (3, 3, "done")
+    assert set(final) == {"done", "total", "message", "updated_at"}
+    lines = [line["message"] for line in api_logs(reader_headers, jid)["lines"]]
+    assert lines == ["at step 0", "at step 1", "at step 2"]
+
+
+def test_every_line_of_a_short_job_is_kept_with_its_attempt_also_when_it_fails(
+    spawn_worker, reader_headers
+):
+    ok = job_id(tasks.logs_lines.enqueue(40))
+    failing = job_id(tasks.logs_lines.using(max_attempts=2).enqueue(5, fail=True))
+    spawn_worker("--concurrency", "2")
+    assert finished(ok) == JobState.SUCCEEDED
+    assert finished(failing) == JobState.DEAD_LETTER
+
+    log = api_logs(reader_headers, ok)
+    assert log["attempt"] == 1 and log["cut"] == 0 and not log["running"]
+    assert [line["message"] for line in log["lines"]] == [f"line {i} of 40" for i in range(1, 41)]
+    assert {line["level"] for line in log["lines"]} == {"INFO"}
+    for attempt in (1, 2):
+        log = api_logs(reader_headers, failing, attempt)
+        assert [line["message"] for line in log["lines"]] == [f"line {i} of 5" for i in range(1, 6)]
+
+
+def test_five_thousand_lines_keep_at_most_a_thousand_the_first_and_the_last_and_mark_the_cut(
+    spawn_worker, reader_headers
+):
+    jid = job_id(tasks.logs_lines.enqueue(5000))
+    spawn_worker("--concurrency", "1")
+    assert finished(jid) == JobState.SUCCEEDED
+
+    assert LogLine.objects.filter(job_id=jid).count() <= attempt_log.MAX_LINES
+    log = api_logs(reader_headers, jid)
+    messages = [line["message"] for line in log["lines"]]
+    assert messages[0] == "line 1 of 5000"
+    assert messages[-1] == "line 5000 of 5000"
+    cuts = [line for line in log["lines"] if line["level"] == "CUT"]
+    assert len(cuts) == 1 and log["cut"] == 5000 - (len(messages) - 1)
+    assert cuts[0]["message"] == f"[{log['cut']:,} lines cut]"
+    kept = len(messages) - 1
+    assert 0 < kept <= attempt_log.MAX_LINES
+    # Contiguous on both sides of the cut: the head from line 1, the tail up to the last.
+    cut_at = messages.index(cuts[0]["message"])
+    assert messages[cut_at - 1] == f"line {cut_at} of 5000"
+    assert messages[cut_at + 1] == f"line {cut_at + log['cut'] + 1} of 5000"
+
+
+def test_an_async_def_task_reports_progress_and_lines_as_a_sync_one_does(
+    spawn_worker, reader_headers
+):
+    jid = job_id(tasks.async_reports.enqueue(20))
+    spawn_worker("--concurrency", "1")
+    assert finished(jid) == JobState.SUCCEEDED
+    progress = api_job(reader_headers, jid)["progress"]
+    assert (progress["done"], progress["total"], progress["message"]) == (20, 20, "async step 20")
+    lines = [line["message"] for line in api_logs(reader_headers, jid)["lines"]]
+    assert lines == [f"async line {i}" for i in range(1, 21)]

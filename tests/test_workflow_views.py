@@ -1,0 +1,126 @@
+"""The console's workflow pages (dashboard.workflow_views): list, graph, layers, actions."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from jobs.models import AuditEntry, Job
+from jobs.states import JobState
+from jobs.workflows import Workflow
+from tests import tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def diamond(name="import-42"):
+    wf = Workflow(name)
+    top = wf.add(tasks.node, "top", name="fetch")
+    left = wf.add(tasks.node, "left", after=[top], name="parse")
+    right = wf.add(tasks.node, "right", after=[top], name="load")
+    wf.add(tasks.join, "last", after=[left, right], name="report")
+    return wf.enqueue()
+
+
+def fan_in(leaves):
+    wf = Workflow("wide")
+    nodes = [wf.add(tasks.node, i) for i in range(leaves)]
+    wf.add(tasks.join, "last", after=nodes)
+    return wf.enqueue()
+
+
+def page(client, workflow_id):
+    return client.get(reverse("dashboard:workflow", args=[workflow_id]))
+
+
+def test_the_list_shows_each_workflow_with_its_state_and_progress(client, viewer):
+    workflow_id = diamond()
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:workflows")).content.decode()
+    assert "import-42" in html and reverse("dashboard:workflow", args=[workflow_id]) in html
+    assert "0 of 4 done" in html and "pending" in html
+    nav = re.search(r'<nav class="nav".*?</nav>', html, re.S).group(0)
+    assert "Workflows" in nav
+
+
+def test_a_workflow_page_draws_every_node_linked_to_its_job_with_its_state(client, viewer):
+    workflow_id = diamond()
+    client.force_login(viewer)
+    html = page(client, workflow_id).content.decode()
+    svg = re.search(r"<svg.*?</svg>", html, re.S).group(0)
+    for job in Job.objects.filter(workflow_id=workflow_id):
+        assert reverse("dashboard:job", args=[job.id]) in svg
+        assert f">{job.node_name}<" in svg
+    assert svg.count('class="wf-edge"') == 4
+    assert svg.count(">Scheduled<") == 3 and svg.count(">Pending<") == 1
+    # Read-only: no buttons.
+    assert "Cancel workflow" not in html
+
+
+def test_past_50_nodes_the_page_counts_each_layer_linked_to_the_filtered_job_list(client, viewer):
+    workflow_id = fan_in(60)
+    client.force_login(viewer)
+    html = page(client, workflow_id).content.decode()
+    assert "<svg" not in html
+    rows = re.findall(r'<tr class="layer-row">.*?</tr>', html, re.S)
+    assert len(rows) == 2
+    link = f"{reverse('dashboard:jobs')}?workflow={workflow_id}&amp;state=pending"
+    assert link in rows[0] and ">60<" in rows[0]
+    listed = client.get(reverse("dashboard:jobs"), {"workflow": workflow_id, "state": "pending"})
+    listed = listed.content.decode()
+    last = Job.objects.get(workflow_id=workflow_id, node_name="join")
+    leaf = Job.objects.filter(workflow_id=workflow_id, state=JobState.PENDING).first()
+    assert str(last.id) not in listed and str(leaf.id) in listed
+
+
+def test_the_job_list_filters_by_workflow(client, viewer):
+    workflow_id = diamond()
+    lone = tasks.add.enqueue(1, 2)
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:jobs"), {"workflow": workflow_id}).content.decode()
+    assert str(lone.id) not in html
+    for job in Job.objects.filter(workflow_id=workflow_id):
+        assert str(job.id) in html
+
+
+def test_the_job_page_links_its_workflow(client, viewer):
+    workflow_id = diamond()
+    job = Job.objects.get(workflow_id=workflow_id, node_name="report")
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:job", args=[job.id])).content.decode()
+    assert reverse("dashboard:workflow", args=[workflow_id]) in html
+    assert "waiting for 2 upstream jobs" in html
+
+
+def test_cancel_workflow_and_retry_failed_nodes_from_the_page(client, operator):
+    workflow_id = diamond()
+    client.force_login(operator)
+    html = page(client, workflow_id).content.decode()
+    assert "Cancel workflow" in html and "Retry failed nodes" in html
+    answer = client.post(reverse("dashboard:workflow_cancel", args=[workflow_id]), follow=True)
+    assert "4 nodes cancelled" in answer.content.decode()
+    assert set(Job.objects.filter(workflow_id=workflow_id).values_list("state", flat=True)) == {
+        JobState.CANCELLED
+    }
+    assert AuditEntry.objects.filter(action="cancel workflow", source="dashboard").exists()
+    answer = client.post(
+        reverse("dashboard:workflow_retry_failed", args=[workflow_id]), follow=True
+    )
+    assert "4 failed nodes put back in line" in answer.content.decode()
+
+
+def test_a_viewer_cannot_cancel_and_an_unknown_workflow_is_a_404(client, viewer):
+    workflow_id = diamond()
+    client.force_login(viewer)
+    assert client.post(reverse("dashboard:workflow_cancel", args=[workflow_id])).status_code == 403
+    assert not Job.objects.filter(state=JobState.CANCELLED).exists()
+    missing = page(client, "00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404
+
+
+def test_under_htmx_the_page_answers_its_fragment(client, viewer):
+    workflow_id = diamond()
+    client.force_login(viewer)
+    answer = client.get(reverse("dashboard:workflow", args=[workflow_id]), HTTP_HX_REQUEST="true")
+    html = answer.content.decode()
+    assert html.lstrip().startswith('<section id="workflow"') and "<html" not in html

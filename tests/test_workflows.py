@@ -1,0 +1,301 @@
+"""jobs.workflows in process: the checks at enqueue, what is stored, cancel, retry and re-arm."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from jobs import actions, db, workflows
+from jobs.maintenance import prune_jobs
+from jobs.models import AuditEntry, CounterDelta, Dependency, Job
+from jobs.models import Workflow as WorkflowRecord
+from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+from jobs.workflows import Batch, Workflow
+from tests import tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def nothing_stored():
+    return not (Job.objects.exists() or Dependency.objects.exists())
+
+
+def run(node_or_id, state=JobState.SUCCEEDED, value=None):
+    """Claim the node's job and finish it in `state`, as a worker would."""
+    job_id = getattr(node_or_id, "job_id", node_or_id)
+    claimed = db.claim_one(job_id, worker_id="w-test", lease_seconds=60)
+    assert claimed is not None, f"{job_id} is not due"
+    outcome = {
+        JobState.SUCCEEDED: AttemptOutcome.SUCCEEDED,
+        JobState.DEAD_LETTER: AttemptOutcome.FAILED,
+    }[state]
+    db.finish(
+        [
+            db.Finish(
+                job_id=claimed.id,
+                lease_id=claimed.lease_id,
+                state=state,
+                outcome=outcome,
+                worker_id="w-test",
+                return_json=None if value is None else f'"{value}"',
+                reason=DeadLetterReason.EXHAUSTED if state == JobState.DEAD_LETTER else "",
+                error_type="ValueError" if state == JobState.DEAD_LETTER else "",
+                started_at=timezone.now(),
+                finished_at=timezone.now(),
+            )
+        ]
+    )
+
+
+def state(node):
+    return Job.objects.get(id=node.job_id).state
+
+
+def diamond():
+    wf = Workflow("diamond")
+    top = wf.add(tasks.node, "top")
+    left = wf.add(tasks.node, "left", after=[top])
+    right = wf.add(tasks.node, "right", after=[top])
+    last = wf.add(tasks.join, "last", after=[left, right])
+    return wf, top, left, right, last
+
+
+def test_enqueue_stores_every_node_waiting_for_its_upstream_nodes():
+    wf, top, left, right, last = diamond()
+    workflow_id = wf.enqueue()
+    record = WorkflowRecord.objects.get(id=workflow_id)
+    assert (record.name, record.kind, record.nodes) == ("diamond", "workflow", 4)
+    jobs = {j.id: j for j in Job.objects.filter(workflow_id=workflow_id)}
+    assert [jobs[n.job_id].node_name for n in (top, left, right, last)] == [
+        "node",
+        "node-2",
+        "node-3",
+        "join",
+    ]
+    assert jobs[top.job_id].state == JobState.PENDING
+    assert [jobs[n.job_id].waiting_for for n in (top, left, right, last)] == [0, 1, 1, 2]
+    assert {jobs[n.job_id].state for n in (left, right, last)} == {JobState.SCHEDULED}
+    assert Dependency.objects.count() == 4
+    assert CounterDelta.objects.totals() == {"jobs_enqueued": 4}
+
+
+def test_a_node_runs_only_once_every_upstream_node_succeeded():
+    wf, top, left, right, last = diamond()
+    wf.enqueue()
+    run(top)
+    assert (state(left), state(right), state(last)) == (
+        JobState.PENDING,
+        JobState.PENDING,
+        JobState.SCHEDULED,
+    )
+    run(left, value="L")
+    assert state(last) == JobState.SCHEDULED
+    run(right, value="R")
+    assert state(last) == JobState.PENDING
+    assert workflows.upstream_values(last.job_id) == {"node-2": "L", "node-3": "R"}
+
+
+def test_a_cycle_is_refused_and_nothing_is_stored():
+    wf = Workflow("loop")
+    a = wf.add(tasks.node, "a")
+    b = wf.add(tasks.node, "b", after=[a])
+    a.after = (b,)
+    with pytest.raises(ValueError, match="cycle"):
+        wf.enqueue()
+    assert nothing_stored()
+
+
+def test_a_node_after_a_node_of_another_workflow_is_refused():
+    other = Workflow("other").add(tasks.node, "x")
+    wf = Workflow("mine")
+    with pytest.raises(ValueError, match="nodes of this workflow"):
+        wf.add(tasks.node, "y", after=[other])
+    mine = wf.add(tasks.node, "y")
+    mine.after = (other,)
+    with pytest.raises(ValueError, match="another workflow"):
+        wf.enqueue()
+    assert nothing_stored()
+
+
+def test_an_unknown_task_is_refused_and_nothing_is_stored():
+    with pytest.raises(ValueError, match="unknown task"):
+        Workflow("w").add(print, "x")
+    wf = Workflow("w")
+    wf.add(tasks.node, "fine")
+    wf.add(tasks.node.using(queue_name="default"), "also fine")
+    object.__setattr__(wf.nodes[1].task, "func", lambda: None)  # no longer importable by path
+    with pytest.raises(ValueError, match="unknown task"):
+        wf.enqueue()
+    assert nothing_stored()
+
+
+def test_a_bad_argument_in_any_node_stores_no_node():
+    wf = Workflow("w")
+    wf.add(tasks.node, "fine")
+    wf.add(tasks.node, float("nan"))
+    with pytest.raises(ValueError):
+        wf.enqueue()
+    assert nothing_stored() and not WorkflowRecord.objects.exists()
+
+
+def test_node_names_are_unique_and_callback_names_reserved():
+    wf = Workflow("w")
+    wf.add(tasks.node, "a", name="same")
+    with pytest.raises(ValueError, match="already has a node"):
+        wf.add(tasks.node, "b", name="same")
+    with pytest.raises(ValueError):
+        wf.add(tasks.node, "c", name="batch.on_success")
+
+
+def test_a_dead_letter_cancels_what_follows_unless_it_runs_on_upstream_failure():
+    wf = Workflow("w")
+    top = wf.add(tasks.node, "top")
+    child = wf.add(tasks.node, "child", after=[top])
+    grandchild = wf.add(tasks.node, "grandchild", after=[child])
+    anyway = wf.add(tasks.join, "anyway", after=[top], on_upstream_failure="run")
+    wf.enqueue()
+    run(top, JobState.DEAD_LETTER)
+    assert (state(child), state(grandchild), state(anyway)) == (
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+        JobState.PENDING,
+    )
+    assert workflows.upstream_values(anyway.job_id) == {"node": None}
+    assert CounterDelta.objects.totals()["jobs_cancelled"] == 2
+
+
+def test_retrying_the_dead_letter_re_arms_what_its_failure_cancelled():
+    wf = Workflow("w")
+    top = wf.add(tasks.node, "top")
+    other = wf.add(tasks.node, "other")
+    child = wf.add(tasks.node, "child", after=[top, other])
+    grandchild = wf.add(tasks.node, "grandchild", after=[child])
+    wf.enqueue()
+    run(top, JobState.DEAD_LETTER)
+    assert state(grandchild) == JobState.CANCELLED
+    run(other)
+    result = actions.retry_job(top.job_id, source="python")
+    assert result.changed and "2 jobs after it wait again" in result.message
+    child_row = Job.objects.get(id=child.job_id)
+    # `other` already succeeded: only the retried node is still awaited.
+    assert (child_row.state, child_row.waiting_for, child_row.finished_at) == (
+        JobState.SCHEDULED,
+        1,
+        None,
+    )
+    assert Job.objects.get(id=grandchild.job_id).waiting_for == 1
+    run(top)
+    run(child)
+    assert state(grandchild) == JobState.PENDING
+    assert AuditEntry.objects.filter(job_id=top.job_id, action="retry").exists()
+
+
+def test_retrying_a_node_whose_upstream_has_not_succeeded_makes_it_wait():
+    wf, top, left, right, last = diamond()
+    workflow_id = wf.enqueue()
+    workflows.cancel(workflow_id)
+    assert actions.retry(last.job_id)
+    assert (state(last), Job.objects.get(id=last.job_id).waiting_for) == (JobState.SCHEDULED, 2)
+    assert workflows.retry_failed(workflow_id) == 3
+    assert (state(top), state(left)) == (JobState.PENDING, JobState.SCHEDULED)
+    run(top)
+    run(left)
+    run(right)
+    assert state(last) == JobState.PENDING
+
+
+def test_cancel_ends_every_unfinished_node_and_is_audited():
+    wf, top, left, right, last = diamond()
+    workflow_id = wf.enqueue()
+    db.claim_one(top.job_id, worker_id="w-test", lease_seconds=60)
+    assert workflows.cancel(workflow_id) == 4
+    assert {state(n) for n in (left, right, last)} == {JobState.CANCELLED}
+    running = Job.objects.get(id=top.job_id)
+    assert running.state == JobState.RUNNING and running.cancel_requested_at is not None
+    entry = AuditEntry.objects.get(action="cancel workflow")
+    assert (entry.subject, entry.detail) == (workflow_id, {"cancelled": 3, "stopping": 1})
+    assert workflows.cancel(uuid.uuid4()) == 0
+    assert workflows.cancel("not an id") == 0
+
+
+def test_a_batch_retried_to_success_runs_on_success_with_counts_that_count_it_once():
+    batch = Batch("b", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    ok = batch.add(tasks.node, "ok")
+    bad = batch.add(tasks.node, "bad")
+    batch_id = batch.enqueue()
+    callbacks = {
+        j.node_name: j.id for j in Job.objects.filter(workflow_id=batch_id).exclude(node_name="")
+    }
+    on_success, on_finish = callbacks["batch.on_success"], callbacks["batch.on_finish"]
+    run(ok)
+    run(bad, JobState.DEAD_LETTER)
+    finish = Job.objects.get(id=on_finish)
+    assert finish.state == JobState.PENDING
+    assert finish.kwargs == {"batch_id": batch_id, "counts": {"succeeded": 1, "dead_letter": 1}}
+    assert Job.objects.get(id=on_success).state == JobState.CANCELLED
+    assert actions.retry(bad.job_id)
+    assert Job.objects.get(id=on_success).state == JobState.SCHEDULED
+    run(bad)
+    success = Job.objects.get(id=on_success)
+    assert success.state == JobState.PENDING
+    assert success.kwargs == {"batch_id": batch_id, "counts": {"succeeded": 2}}
+
+
+def test_a_batch_member_retried_before_on_finish_is_awaited_again():
+    batch = Batch("b", on_finish=tasks.batch_callback)
+    bad = batch.add(tasks.node, "bad")
+    slow = batch.add(tasks.node, "slow")
+    batch_id = batch.enqueue()
+    on_finish = Job.objects.get(workflow_id=batch_id, node_name="batch.on_finish")
+    run(bad, JobState.DEAD_LETTER)
+    assert actions.retry(bad.job_id)
+    run(slow)
+    assert Job.objects.get(id=on_finish.id).state == JobState.SCHEDULED
+    run(bad)
+    assert Job.objects.get(id=on_finish.id).kwargs["counts"] == {"succeeded": 2}
+
+
+def test_the_safety_net_settles_a_node_whose_upstream_nodes_all_ended():
+    wf, top, left, right, last = diamond()
+    wf.enqueue()
+    # As if a finish had been lost: the upstream nodes ended without settling `last`.
+    Job.objects.filter(id__in=[top.job_id, left.job_id, right.job_id]).update(
+        state=JobState.SUCCEEDED, finished_at=timezone.now()
+    )
+    Job.objects.filter(id__in=[left.job_id, right.job_id]).update(waiting_for=0)
+    assert db.settle_orphaned_continuations() == 1
+    assert state(last) == JobState.PENDING
+
+
+def test_pruning_finished_nodes_leaves_the_rest_of_the_graph_waiting():
+    wf, top, left, right, last = diamond()
+    wf.enqueue()
+    run(top)
+    run(left)
+    Job.objects.filter(id=top.job_id).update(finished_at=timezone.now() - timedelta(days=30))
+    assert prune_jobs(timedelta(days=7)).deleted == 1
+    assert Dependency.objects.filter(upstream_id=top.job_id).count() == 0
+    run(right)
+    assert state(last) == JobState.PENDING
+
+
+EAGER = {
+    "default": {"BACKEND": "jobs.backend.JobsBackend", "QUEUES": [], "OPTIONS": {"EAGER": True}}
+}
+
+
+@override_settings(TASKS=EAGER)
+def test_eager_mode_runs_the_whole_graph_and_the_batch_callbacks_inline():
+    wf, top, left, right, last = diamond()
+    workflow_id = wf.enqueue()
+    assert set(Job.objects.filter(workflow_id=workflow_id).values_list("state", flat=True)) == {
+        JobState.SUCCEEDED
+    }
+    assert Job.objects.get(id=last.job_id).return_value == {"node-2": None, "node-3": None}
+    batch = Batch("b", on_finish=tasks.batch_callback)
+    batch.add(tasks.node, "x", 1)
+    batch_id = batch.enqueue()
+    done = Job.objects.get(workflow_id=batch_id, node_name="batch.on_finish")
+    assert done.return_value == {"batch_id": batch_id, "counts": {"succeeded": 1}}
