@@ -21,8 +21,8 @@ REFRESH_SECONDS = 2.0
 # A start holds its place in a rate window a little longer than the window: the claim records
 # it, the executor begins it moments later, and those moments must not let two windows' worth
 # of starts fall into one.
-RATE_SLACK_SHARE = 0.1
-RATE_SLACK_MAX = 0.25
+RATE_SLACK_SHARE = 0.25
+RATE_SLACK_MAX = 1.0
 # A worker's claims read each limit key's first due jobs (the turns between keys) at most
 # this often (seconds); the claims between keep claim order past full budgets.
 TURNS_EVERY = 0.5

@@ -242,4 +242,4 @@ def test_a_job_under_a_rate_limit_must_begin_within_the_windows_slack():
     with with_limits({"queue:api": {"rate": [5, 2]}}):
         claimed = claim()
     slack = {c.queue_name: c.rate_slack for c in claimed}
-    assert slack == {"api": pytest.approx(0.2), "free": 0.0}
+    assert slack == {"api": pytest.approx(0.5), "free": 0.0}
