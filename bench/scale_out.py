@@ -20,9 +20,9 @@ Reported per run:
 - xacts/job: transactions committed per job, server-wide for the scratch database: the claim,
   finish and heartbeat round trips; claims that come back short or empty because other workers
   took the rows (the claim conflicts of SKIP LOCKED) raise it.
-- db CPU ms/job: CPU time (user + system, from /proc) of the PostgreSQL backends serving the
-  scratch database, summed over every backend seen during the drain, per job. The server must
-  run on this machine.
+- db CPU ms/job: CPU time (user + system, from /proc) the PostgreSQL backends serving the
+  scratch database spent during the drain, summed over every backend seen, per job. The server
+  must run on this machine.
 
 Exits non-zero on a failed check. Not part of the test suite.
 """
@@ -110,6 +110,9 @@ class DatabaseSampler(threading.Thread):
         super().__init__(daemon=True)
         self.stop = threading.Event()
         self.cpu = {}  # backend pid -> latest CPU seconds seen
+        # Backends already there (PgBouncer keeps its server sessions from run to run): only
+        # what they spend from now on counts.
+        self.before = {pid: cpu_seconds(pid) or 0.0 for pid in backends()}
         self.samples = self.waiting = 0
 
     def run(self):
@@ -133,7 +136,19 @@ class DatabaseSampler(threading.Thread):
     def finish(self):
         self.stop.set()
         self.join()
-        return sum(self.cpu.values()), self.waiting / max(1, self.samples)
+        spent = sum(cpu - self.before.get(pid, 0.0) for pid, cpu in self.cpu.items())
+        return spent, self.waiting / max(1, self.samples)
+
+
+def backends():
+    import psycopg
+
+    with psycopg.connect(DIRECT, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [NAME],
+        ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 def cpu_seconds(pid):

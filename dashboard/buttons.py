@@ -15,6 +15,8 @@ class Button:
     url_name: str
     # The question asked before acting; empty for actions that act at once.
     confirm: str = ""
+    # What the confirming button says, beside "Go back": what it does, not just a verb.
+    confirm_label: str = ""
 
 
 RETRY = Button(action="retry", label="Retry", url_name="dashboard:retry")
@@ -23,18 +25,21 @@ RERUN = Button(
     label="Rerun",
     url_name="dashboard:rerun",
     confirm="Rerun this job? A new run with the same arguments is enqueued.",
+    confirm_label="Rerun job",
 )
 CANCEL = Button(
     action="cancel",
     label="Cancel",
     url_name="dashboard:cancel",
     confirm="Cancel this job? It will not run again unless someone retries it.",
+    confirm_label="Cancel job",
 )
 DISCARD = Button(
     action="discard",
     label="Discard",
     url_name="dashboard:discard",
     confirm="Discard this job and its attempts? This cannot be undone.",
+    confirm_label="Discard job",
 )
 RUN_NOW = Button(action="run-now", label="Run now", url_name="dashboard:run_now")
 

@@ -47,13 +47,20 @@ class Chart:
     summary: str
 
 
+# Steps of an axis top, times a power of ten: close enough that the tallest bar fills most of
+# the height (a peak of 57 gets 60, not 100), each even so the middle line is a whole number.
+AXIS_STEPS = (1, 1.2, 1.6, 2, 3, 4, 5, 6, 8)
+
+
 def nice_ceiling(value: int) -> int:
-    """The smallest of 1, 2, 5 x 10^n that is at least `value` (and at least 4)."""
+    """The smallest even AXIS_STEPS x 10^n that is at least `value` (and at least 4)."""
     value = max(value, 4)
     magnitude = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        if step * magnitude >= value:
-            return step * magnitude
+    for m in (magnitude, magnitude * 10):
+        for step in AXIS_STEPS:
+            top = round(step * m)
+            if top >= value and top % 2 == 0:
+                return top
     return 10 * magnitude  # pragma: no cover
 
 

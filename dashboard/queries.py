@@ -33,6 +33,7 @@ DEAD_LETTER_WINDOW = 2_000
 DEAD_LETTER_SEARCH_WINDOW = 500
 QUEUE_SAMPLE = 1_000
 MAX_RUNNING_SHOWN = 500
+RUNNING_SHOWN_PER_WORKER = 10
 LINEAGE_DEPTH = 20
 
 
@@ -86,6 +87,8 @@ class QueueRow:
     dead_letter: Tally
     # How long the job that has waited longest since it became due has been waiting.
     oldest_due_age: timedelta | None
+    # Do workers claim nothing from it (`jobs.queues.pause`)?
+    paused: bool = False
 
 
 QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState.DEAD_LETTER)
@@ -93,6 +96,7 @@ QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState
 
 def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
     """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
+    paused = queues.paused()
     if state_counts.kept():
         counts = queues.job_counts()
         return [
@@ -100,6 +104,7 @@ def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
                 name=name,
                 **{state: Tally(value=counts[name].get(state, 0)) for state in QUEUE_COLUMNS},
                 oldest_due_age=_age(now, oldest_due(name, now)),
+                paused=name in paused,
             )
             for name in sorted(counts)
         ]
@@ -109,6 +114,7 @@ def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
             name=name,
             **{state: split[state].get(name, _none_in(split[state])) for state in QUEUE_COLUMNS},
             oldest_due_age=_age(now, oldest_due(name, now)),
+            paused=name in paused,
         )
         for name in distinct_names("queue_name")
     ]
@@ -438,7 +444,18 @@ class WorkerRow:
     # "online", "lost" (no heartbeat within the lease) or "stopped".
     status: str
     heartbeat_age: timedelta
-    running: list
+    running: list  # the first RUNNING_SHOWN_PER_WORKER of its running jobs
+    running_count: int = 0
+    # Free executors for a sync job and free coroutine slots at its last heartbeat (None:
+    # not reported), each with the worker's total.
+    free_sync: int | None = None
+    sync_total: int = 0
+    free_async: int | None = None
+    async_total: int = 0
+
+    @property
+    def running_more(self) -> int:
+        return self.running_count - len(self.running)
 
 
 # What the workers page shows of each running job (its progress bar included).
@@ -466,10 +483,23 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
             node=node,
             status=_worker_status(node, now, lease),
             heartbeat_age=now - node.last_heartbeat_at,
-            running=running.get(node.id, []),
+            running=running.get(node.id, [])[:RUNNING_SHOWN_PER_WORKER],
+            running_count=len(running.get(node.id, [])),
+            **_slots(node),
         )
         for node in nodes
     ]
+
+
+def _slots(node: WorkerNode) -> dict:
+    if node.stopped_at:
+        return {}
+    return {
+        "free_sync": node.free_sync_slots,
+        "sync_total": node.concurrency,
+        "free_async": node.free_async_slots,
+        "async_total": node.concurrency * node.async_concurrency,
+    }
 
 
 def _worker_status(node: WorkerNode, now: datetime, lease: timedelta) -> str:

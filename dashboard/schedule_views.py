@@ -19,7 +19,13 @@ SOURCE = "dashboard"
 
 @console_page
 def schedule_list(request):
-    context = {"rows": schedule_rows(), "can_operate": can_operate(request.user)}
+    rows = schedule_rows()
+    context = {
+        "rows": rows,
+        "can_operate": can_operate(request.user),
+        # While a run is still on its way (one just made by "Run now", say), refresh often.
+        "busy": any(row.last_job and not row.last_job.is_terminal for row in rows),
+    }
     return render_page(request, "dashboard/schedules.html", "schedules", context)
 
 

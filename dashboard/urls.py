@@ -48,6 +48,9 @@ urlpatterns = [
     # Any stored task path reverses, newlines and all: a row written by raw SQL or another
     # tool must not take the page listing it down.
     re_path(r"^tasks/(?P<task_path>[\s\S]+)/$", views.task_detail, name="task"),
+    path("audit/", views.audit, name="audit"),
+    path("api/docs/", views.api_docs, name="api_docs"),
+    path("status/worker-banner/", views.worker_banner, name="worker_banner"),
     path("no-access/", views.no_access, name="no_access"),
 ]
 urlpatterns += [

@@ -21,8 +21,10 @@ from jobs.models import Job
 from jobs.states import JobState
 
 from . import buttons as action_buttons
-from . import queries, task_stats
+from . import openapi, queries, task_stats
 from .access import operator_required
+from .api_docs import api_docs as read_api_docs
+from .audit_log import KNOWN_ACTIONS, AuditFilterForm
 from .chart import attempts_chart
 from .errors import error_page
 from .forms import (
@@ -33,6 +35,7 @@ from .forms import (
     EditRerunForm,
     JobFilterForm,
 )
+from .health import no_worker_alert
 from .pages import console_page, list_status, render_page
 from .permissions import can_view
 from .redirects import safe_next
@@ -95,6 +98,7 @@ def _job_page(request, job, *, edit_form=None, status=200):
         "lineage": queries.job_lineage(job),
         "audit_entries": queries.job_audit(job),
         "edit_form": edit_form or _edit_form_for(job),
+        "since_retry": _since_retry(request, job),
     }
     return render_page(request, "dashboard/job_detail.html", "job", context, status=status)
 
@@ -150,6 +154,30 @@ def task_detail(request, task_path):
     return render_page(request, "dashboard/task_detail.html", "task", context)
 
 
+@console_page
+def audit(request):
+    form = AuditFilterForm(request.GET)
+    page = form.page()
+    context = {"form": form, "page": page, "known_actions": KNOWN_ACTIONS}
+    return render_page(
+        request, "dashboard/audit.html", "audit-log", context, status=list_status(page)
+    )
+
+
+@console_page
+def api_docs(request):
+    # The API lives wherever the host project mounted the console (as its document says).
+    base = reverse("dashboard:api:job-list").removesuffix("/jobs")
+    context = {"docs": read_api_docs(openapi.document(base))}
+    return render(request, "dashboard/api_docs.html", context)
+
+
+@console_page
+def worker_banner(request):
+    context = {"alert": no_worker_alert()}
+    return render(request, "dashboard/includes/worker_banner.html", context)
+
+
 @require_GET
 def no_access(request):
     if can_view(request.user):
@@ -163,6 +191,45 @@ def no_access(request):
 # Under HTMX the redirect is followed by the same request, which then gets the fragment.
 
 
+def _retry_report(request, result, job_id):
+    """A retry names and links the job it put back in line; the job's page then says what
+    became of it since, when a worker has already taken it on (see `_since_retry`)."""
+    if result.changed and result.job is not None:
+        url = reverse("dashboard:job", args=[job_id])
+        text = format_html(
+            '{}: <a href="{}">{} {}</a>',
+            result.message,
+            url,
+            result.job.task_path.rpartition(".")[2],
+            str(job_id)[:8],
+        )
+        messages.success(request, text, extra_tags=f"retried-{job_id}")
+        return _back(request, job_id)
+    return _report(request, result, job_id)
+
+
+def _since_retry(request, job) -> str:
+    """What happened to `job` after this operator's retry, when it is no longer just waiting."""
+    if job.state in (JobState.PENDING, JobState.SCHEDULED):
+        return ""
+    tag = f"retried-{job.id}"
+    if not any(tag in message.extra_tags.split() for message in messages.get_messages(request)):
+        return ""
+    if job.state == JobState.RUNNING:
+        return f"Since then a worker took it: attempt {job.attempt} is running."
+    outcome = SINCE_RETRY_WORDS.get(job.state, f"it is {JobState(job.state).label.lower()}")
+    return f"Since then attempt {job.attempt} ran: {outcome}."
+
+
+# What became of a retried job, by the state it is in when its page is shown.
+SINCE_RETRY_WORDS = {
+    JobState.SUCCEEDED: "it succeeded",
+    JobState.RETRYING: "it failed and waits for its next attempt",
+    JobState.DEAD_LETTER: "it failed again and is a dead letter",
+    JobState.CANCELLED: "it was cancelled",
+}
+
+
 def _job_action(act, *, ask_first=None):
     """The view of an action on one job; with `ask_first` (its button), a form that asks first
     gets the confirmation page."""
@@ -173,6 +240,8 @@ def _job_action(act, *, ask_first=None):
         if ask_first and (asking := _ask_first(request, ask_first, job_id)):
             return asking
         result = act(job_id, user=request.user, source=SOURCE)
+        if act is actions.retry_job:
+            return _retry_report(request, result, job_id)
         return _report(request, result, job_id)
 
     return view
@@ -276,8 +345,10 @@ def bulk_action(request):
             "form": form,
             "action": action,
             "filters": filters,
+            "filter_words": _filter_words(filters),
             "matched": bulk.apply(action, jobs, dry_run=True).matched,
             "back": back,
+            "nav_here": _nav_of(filters),
         }
         return render(request, "dashboard/bulk_action.html", context)
     return StreamingHttpResponse(
@@ -287,7 +358,15 @@ def bulk_action(request):
 
 def _bulk_progress(request, action, jobs, filters, back):
     """The result page, streamed: one line per batch as it is applied, then the totals."""
-    context = {"action": action, "filters": filters, "back": back, "request": request}
+    context = {
+        "action": action,
+        "filters": filters,
+        "filter_words": _filter_words(filters),
+        "back": back,
+        "after": _after_bulk_url(action, filters),
+        "request": request,
+        "nav_here": _nav_of(filters),
+    }
     page = render_to_string("dashboard/bulk_progress.html", context, request=request)
     head, rest = page.split("<!-- progress -->")
     between, tail = rest.split("<!-- done -->")
@@ -392,6 +471,38 @@ def _list_url(filters: dict) -> str:
         rest = {k: v for k, v in filters.items() if k != "state"}
         return reverse("dashboard:dead_letters") + _query(rest)
     return reverse("dashboard:jobs") + _query(filters)
+
+
+FILTER_LABELS = {
+    "state": "state",
+    "queue": "queue",
+    "task": "task",
+    "error": "error type",
+    "q": "search",
+}
+
+
+def _filter_words(filters: dict) -> list[tuple[str, str]]:
+    """A bulk action's filter as an operator reads it: ("state", "Dead letter"), ...."""
+    return [
+        (FILTER_LABELS.get(name, name), JobState(value).label if name == "state" else value)
+        for name, value in filters.items()
+    ]
+
+
+def _nav_of(filters: dict) -> str:
+    """The console page a bulk action on `filters` came from, for the navigation."""
+    return "dead_letters" if filters.get("state") == JobState.DEAD_LETTER else "jobs"
+
+
+def _after_bulk_url(action: str, filters: dict) -> str | None:
+    """Where the jobs a bulk action changed can be seen (discarded ones are gone)."""
+    rest = {k: v for k, v in filters.items() if k not in ("state", "error")}
+    if action == "retry":
+        return reverse("dashboard:jobs") + _query(rest)
+    if action == "cancel":
+        return reverse("dashboard:jobs") + _query({"state": JobState.CANCELLED, **rest})
+    return None
 
 
 def _already_rerun(new_id):

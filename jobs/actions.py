@@ -9,6 +9,7 @@ action (`jobs.bulk`) passes `record=False` and writes one entry for the whole ba
 import uuid
 from dataclasses import dataclass
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Least
@@ -19,6 +20,7 @@ from .errors import JobCancelled
 from .models import AuditEntry, Job
 from .retry import MAX_ATTEMPTS
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
+from .tasks import load_task
 
 # The sources of each action, from the transition table (jobs.states).
 CANCELLABLE = WAITING
@@ -213,7 +215,7 @@ def rerun_job(
                     "priority": original.priority,
                     "state": JobState.PENDING,
                     "attempt": 0,
-                    "max_attempts": original.max_attempts,
+                    "max_attempts": _own_max_attempts(original),
                     "timeout": original.timeout,
                     "rerun_of_id": original.id,
                 }
@@ -236,6 +238,23 @@ def rerun_job(
         return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def _own_max_attempts(job) -> int:
+    """The attempts a new run of `job` gets: its task's own maximum, as an enqueue sets it.
+
+    Not the job's max_attempts, which a retry of an exhausted job raised by one. When the task
+    or its backend no longer loads, the job's figure is the best one left.
+    """
+    from .compat import task_backends
+
+    try:
+        task = load_task(job.task_path)
+        backend = task_backends[job.backend]
+    except (ImportError, TypeError, LookupError, ImproperlyConfigured):
+        return job.max_attempts
+    max_attempts_for = getattr(backend, "max_attempts_for", None)
+    return max_attempts_for(task) if max_attempts_for else job.max_attempts
 
 
 def _edit_detail(original, args, kwargs):

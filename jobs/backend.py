@@ -25,6 +25,8 @@ from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .timing import Timing
 
+DEFAULT_ASYNC_CONCURRENCY = 10
+
 
 def check_limit_key(key, error=ValueError) -> str:
     if not isinstance(key, str) or not 0 < len(key) <= 255 or "\x00" in key:
@@ -77,6 +79,8 @@ class JobsBackend(BaseTaskBackend):
         # Run each job inline at enqueue (for users' own test suites), through the same
         # retry logic, without waiting out the backoff.
         self.eager = bool(options.get("EAGER", False))
+        # Coroutines of async def tasks each executor runs at once (worker --async-concurrency).
+        self.async_concurrency = options.get("ASYNC_CONCURRENCY", DEFAULT_ASYNC_CONCURRENCY)
 
     # --- validation -------------------------------------------------------------------------
 

@@ -309,6 +309,12 @@ class WorkerNode(models.Model):
     pid = models.PositiveIntegerField()
     queues = models.JSONField(default=list, blank=True)
     concurrency = models.PositiveIntegerField(default=1)
+    # Coroutines of async def tasks each of its executors runs at once.
+    async_concurrency = models.PositiveIntegerField(default=1)
+    # At its last heartbeat: executors free for a sync job, and free coroutine slots (an idle
+    # executor counts in both); null before its first report.
+    free_sync_slots = models.PositiveIntegerField(null=True, blank=True)
+    free_async_slots = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     last_heartbeat_at = models.DateTimeField(default=timezone.now)
     stopped_at = models.DateTimeField(null=True, blank=True)
@@ -378,6 +384,9 @@ class AuditEntry(AuditRecord):
             models.Index(
                 fields=["subject", "-at"], condition=~Q(subject=""), name="audit_subject_recent"
             ),
+            # The console's audit log, filtered by who or by what, pages back by id.
+            models.Index(fields=["username", "-id"], name="audit_user_recent"),
+            models.Index(fields=["action", "-id"], name="audit_action_recent"),
         ]
         constraints = [
             models.UniqueConstraint(

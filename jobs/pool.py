@@ -3,10 +3,12 @@
 Jobs run in child processes so that the worker can stop one that ignores its timeout (or an
 operator's cancel) by killing that child alone, and so that a crash in task code never takes
 the worker down. The worker sends one job per message; the child sends each outcome back the
-moment the attempt ends, before it reads the next job, so an outcome is never held where a
-crash can lose it. Through a shared array the child shows which job it has started and since
-when: deadlines are enforced from outside, and after a crash the worker knows which job was
-running (a failed attempt) and which it never started (handed back untouched).
+moment the attempt ends, before it gives back the job's slot, so an outcome is never held where
+a crash can lose it. Through the slots of a shared array the child shows which jobs it has
+started and since when: deadlines are enforced from outside, and after a crash the worker
+knows which jobs were running (failed attempts) and which it never started (handed back
+untouched). An executor runs one sync job at a time, or up to `async_slots` coroutines of
+`async def` tasks on one event loop (jobs.executor_loop), never both at once.
 """
 
 import dataclasses
@@ -25,9 +27,18 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 from multiprocessing import forkserver, resource_tracker
 
+from .executor_loop import (
+    LEASES,
+    RELEASE_UP_TO,
+    TAKEN,
+    ExecutorLoop,
+    lease_holds,
+    new_status,
+    started_jobs,
+)
+
 logger = logging.getLogger(__name__)
 
-IDLE = -1.0
 # How often the child checks that its worker is alive and its job's lease still holds.
 WATCH_INTERVAL = 0.05
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -73,14 +84,18 @@ class StoppedBeforeStart(Exception):
 class Executor:
     """The worker's handle on one child process."""
 
-    def __init__(self, index: int, worker_id: str, stop_flag, settings_module: str | None):
+    def __init__(
+        self, index: int, worker_id: str, stop_flag, settings_module: str | None, async_slots=1
+    ):
         ctx = mp_context()
         self.index = index
+        self.async_slots = async_slots
         self.conn, child_conn = ctx.Pipe()
-        # [seq of the job running now (IDLE when none), monotonic time it started,
+        # [seq of the job in slot 0 (IDLE when none), monotonic time it started,
         #  monotonic time until which the worker's last lease renewal holds,
-        #  highest seq the child has taken (started), highest seq it must no longer start]
-        self.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
+        #  highest seq the child has taken (started), highest seq it must no longer start,
+        #  then (seq, start) of slots 1 .. async_slots - 1]: see jobs.executor_loop.
+        self.status = ctx.RawArray("d", new_status(async_slots))
         # Held by the child while it takes the next job, and by the worker while it takes
         # back the jobs waiting here: a job is either started by the child or taken back.
         self.taking = ctx.Lock()
@@ -116,6 +131,8 @@ class Executor:
         self.inflight: dict[int, object] = {}
         # seq -> estimated seconds of a known-short job here; None for any other job.
         self.estimates: dict[int, float | None] = {}
+        # seqs of the jobs in flight here that are coroutines (async def tasks).
+        self.coroutines: set[int] = set()
         self._queued = 0.0  # sum of the known estimates
         self._unknown = 0  # jobs here not known to be short
         # The pipe failed: the child is gone or going. The worker replaces it.
@@ -125,7 +142,7 @@ class Executor:
         self.completed = 0
 
     def leases_hold_until(self, moment: float):
-        self.status[2] = moment
+        self.status[LEASES] = moment
 
     @property
     def pid(self):
@@ -141,6 +158,15 @@ class Executor:
 
     def only_short(self) -> bool:
         return not self._unknown
+
+    def holds_sync(self) -> bool:
+        """Whether a sync job is in flight here (then no coroutine may join it)."""
+        return len(self.coroutines) < len(self.inflight)
+
+    def free_async_slots(self) -> int:
+        if self.broken or self.holds_sync():
+            return 0
+        return max(0, self.async_slots - len(self.inflight))
 
     def queued_seconds(self) -> float:
         return self._queued
@@ -161,13 +187,15 @@ class Executor:
         else:
             self._queued += estimate
 
-    def send(self, seq: int, claimed, estimate: float | None):
+    def send(self, seq: int, claimed, estimate: float | None, coroutine=False):
         """Hand over one job. A job for an idle child goes out at once; jobs queued behind
         another go out SEND_EVERY at a time, and the rest when the dispatch round ends
         (`flush`): one write for several jobs."""
         idle = not self.inflight
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
+        if coroutine:
+            self.coroutines.add(seq)
         self.channel.queue(_dumps((seq, *_job_codec().flat(claimed))))
         if idle or self.channel.queued >= SEND_EVERY:
             self.flush()
@@ -185,14 +213,20 @@ class Executor:
         except OSError:  # BrokenPipeError included
             self.broken = True
 
+    def cancel(self, seq: int):
+        """Ask the child to cancel the coroutine of job `seq` (its outcome comes back as for
+        any job)."""
+        self.channel.queue(_dumps((-seq,)))
+        self.flush()
+
     def take_back_waiting(self) -> list:
         """Take back the jobs sent here that the child has not started, in order; the child
         will answer "released" for them and start none of them."""
         if not self.inflight:
             return []
         with self.taking:
-            taken = self.status[3]
-            self.status[4] = float(max(self.inflight))
+            taken = self.status[TAKEN]
+            self.status[RELEASE_UP_TO] = float(max(self.inflight))
         back = [seq for seq in self.inflight if seq > taken]
         running = self.running()
         if running is not None:
@@ -202,10 +236,12 @@ class Executor:
     def take(self, seq: int):
         """The job `seq` is settled: no longer in flight here."""
         self._forget(seq)
+        self.coroutines.discard(seq)
         return self.inflight.pop(seq, None)
 
     def clear(self):
         self.inflight.clear()
+        self.coroutines.clear()
         self.estimates.clear()
         self._queued, self._unknown = 0.0, 0
 
@@ -224,13 +260,17 @@ class Executor:
         return results
 
     def running(self):
-        """(seq, started_monotonic) of the job running now, or None."""
-        seq = self.status[0]
-        if seq == IDLE:
+        """(seq, started_monotonic) of the job running now, or None (of the oldest of the
+        coroutines running here)."""
+        started = self.started()
+        if not started:
             return None
-        started = self.status[1]
-        seq = int(seq)
-        return (seq, started) if seq in self.inflight else None
+        seq = min(started)
+        return seq, started[seq]
+
+    def started(self) -> dict[int, float]:
+        """seq -> started_monotonic of every job in flight here that the child has started."""
+        return {seq: at for seq, at in started_jobs(self.status).items() if seq in self.inflight}
 
     def alive(self):
         return self.process.is_alive()
@@ -462,11 +502,6 @@ def _die_with_parent() -> int:
     return parent
 
 
-def _lease_holds(claimed, status) -> bool:
-    """Whether the job's lease is sure to hold now: from its claim, or the last renewal."""
-    return time.monotonic() < max(claimed.lease_until, status[2])
-
-
 def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     """Entry point of an executor process."""
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
@@ -484,55 +519,35 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         django.setup()
     from django.db import connections
 
-    from .outcome import Ran
     from .reports import start_live_writer
-    from .runner import run_attempt
 
     start_live_writer()
-
-    current = [None]
+    executor = ExecutorLoop(
+        conn,
+        status,
+        taking,
+        stop_flag,
+        worker_id,
+        codecs=(_job_codec(), _ran_codec()),
+        dumps=_dumps,
+        tidy=functools.partial(_tidy_connections, connections),
+    )
 
     def watchdog():
         while True:
             time.sleep(WATCH_INTERVAL)
             if os.getppid() != parent:
                 os._exit(70)  # the worker (or its fork server) is gone; others recover its jobs
-            running = current[0]
-            if running is not None and not _lease_holds(running, status):
-                # The worker stalled and could not renew: another worker may recover this job
-                # any moment, and it must not run in two places at once.
-                os._exit(75)
+            for running in list(executor.running.values()):
+                if not lease_holds(running, status):
+                    # The worker stalled and could not renew: another worker may recover this
+                    # job any moment, and it must not run in two places at once.
+                    os._exit(75)
+            executor.watch_loop()
 
     threading.Thread(target=watchdog, name="executor-watchdog", daemon=True).start()
     try:
-        while True:
-            try:
-                message = pickle.loads(conn.recv_bytes())
-            except (EOFError, OSError):
-                return
-            if message is None:
-                return
-            seq, *values = message
-            claimed = _job_codec().build(values)
-            with taking:
-                # A job whose lease may be gone belongs to whoever recovers it, and one the
-                # worker took back runs elsewhere: never start those.
-                start = not (
-                    stop_flag.is_set() or seq <= status[4] or not _lease_holds(claimed, status)
-                )
-                if start:
-                    status[1] = time.monotonic()
-                    status[0] = float(seq)  # from here on, the job counts as started
-                    status[3] = float(seq)
-            if not start:
-                conn.send_bytes(_dumps((seq, *_ran_codec().flat(Ran(claimed.id, "released")))))
-                continue
-            current[0] = claimed
-            ran = run_attempt(claimed, worker_id=worker_id)
-            current[0] = None
-            conn.send_bytes(_dumps((seq, *_ran_codec().flat(ran))))  # out before anything else
-            status[0] = IDLE
-            _tidy_connections(connections)
+        executor.serve()
     except (BrokenPipeError, EOFError, OSError):
         return  # the worker is gone
     finally:
@@ -550,7 +565,8 @@ def _tidy_connections(connections):
 
 
 class Dispatcher:
-    """Hands claimed jobs to executors: to an idle one, or behind known-short jobs only.
+    """Hands claimed jobs to executors: a sync job to an idle one, or behind known-short sync
+    jobs only; a coroutine to an executor holding no sync job and a free async slot.
 
     A job that can start nowhere now is handed back (see `dispatch`), so a job the database
     shows as running is running, or starts within a dispatch round trip.
@@ -562,8 +578,28 @@ class Dispatcher:
         self.seq = 0
         # task path -> [average attempt seconds (EWMA), attempts seen]
         self.durations: dict[str, list] = {}
-        # Average of recent attempts of any task: how much to claim ahead.
+        # Average of recent attempts of any sync task: how much to claim ahead.
         self.recent = 0.02
+        # task path -> whether it is an async def task (run as a coroutine)
+        self.coroutine_tasks: dict[str, bool] = {}
+        # Share of coroutines among recent claims (EWMA): which slots a claim can expect to
+        # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
+        # are sized for sync jobs (never more than can start) until coroutines are seen.
+        self.async_share = 0.0
+
+    def is_coroutine(self, task_path: str) -> bool:
+        known = self.coroutine_tasks.get(task_path)
+        if known is None:
+            from .runner import is_coroutine_task
+
+            known = self.coroutine_tasks[task_path] = is_coroutine_task(task_path)
+        return known
+
+    def add(self, claimed):
+        """A job just claimed: ready to go out."""
+        coroutine = 1.0 if self.is_coroutine(claimed.task_path) else 0.0
+        self.async_share = 0.8 * self.async_share + 0.2 * coroutine
+        self.ready.append(claimed)
 
     def observe(self, task_path: str, duration: float):
         duration = max(duration, 0.0)
@@ -573,7 +609,8 @@ class Dispatcher:
         else:
             seen[0] = 0.8 * seen[0] + 0.2 * duration
             seen[1] += 1
-        self.recent = 0.9 * self.recent + 0.1 * duration
+        if not self.coroutine_tasks.get(task_path):
+            self.recent = 0.9 * self.recent + 0.1 * duration
 
     def short_estimate(self, task_path: str) -> float | None:
         """The expected seconds of an attempt of a task known to be short, else None."""
@@ -588,9 +625,10 @@ class Dispatcher:
         return min(MAX_PREFETCH, int(PREFETCH_BUDGET / max(self.recent, 1e-5)))
 
     def room(self) -> int:
-        """How many more jobs could start now or queue behind known-short ones."""
+        """How many more jobs could start now or queue behind known-short ones: the sync and
+        async room weighed by the recent share of coroutines."""
         prefetch = self._prefetch()
-        free = 0
+        free = free_async = 0
         for e in self.executors:
             if e.broken:
                 continue
@@ -598,10 +636,31 @@ class Dispatcher:
                 free += 1 + prefetch
             elif prefetch and e.only_short():
                 free += max(0, 1 + prefetch - len(e.inflight))
-        return free - len(self.ready)
+            free_async += e.free_async_slots()
+        return self._blend(free, free_async) - len(self.ready)
 
     def total_capacity(self) -> int:
-        return (1 + self._prefetch()) * len(self.executors)
+        return self._blend(
+            (1 + self._prefetch()) * len(self.executors),
+            sum(e.async_slots for e in self.executors),
+        )
+
+    def has_free_place(self) -> bool:
+        """Whether a claimed job can start now without waiting for a batch's worth of room:
+        an executor is idle, or (when most jobs are coroutines) has a free async slot, since
+        coroutines free their slots one by one."""
+        coroutines = self.async_share >= 0.5
+        return any(
+            not e.broken and (e.idle or (coroutines and e.free_async_slots()))
+            for e in self.executors
+        )
+
+    def _blend(self, sync: int, coroutines: int) -> int:
+        return round(self.async_share * coroutines + (1 - self.async_share) * sync)
+
+    def _coroutine_target(self):
+        fits = [e for e in self.executors if e.free_async_slots() > 0]
+        return min(fits, key=lambda e: len(e.inflight), default=None)
 
     def _target(self, estimate):
         idle = next((e for e in self.executors if e.idle and not e.broken), None)
@@ -624,16 +683,27 @@ class Dispatcher:
         and no executor runs only known-short jobs that will be done within the prefetch
         budget — is handed back rather than left waiting in `running`.
         """
-        while self.ready:
-            claimed = self.ready[0]
-            # A job under a rate limit must begin at once (jobs.limits): never queued behind.
-            estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
-            target = self._target(estimate)
+        waiting = deque()
+        sync_full = async_full = False  # a job of that kind found no place: nor will the next
+        while self.ready and not (sync_full and async_full):
+            claimed = self.ready.popleft()
+            coroutine = self.is_coroutine(claimed.task_path)
+            estimate = target = None
+            if coroutine and not async_full:
+                target = self._coroutine_target()
+                async_full = target is None
+            elif not coroutine and not sync_full:
+                # A job under a rate limit must begin at once (jobs.limits): never queued behind.
+                estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
+                target = self._target(estimate)
+                sync_full = target is None
             if target is None:
-                break
-            self.ready.popleft()
+                waiting.append(claimed)
+                continue
             self.seq += 1
-            target.send(self.seq, claimed, estimate)
+            target.send(self.seq, claimed, estimate, coroutine)
+        waiting.extend(self.ready)
+        self.ready = waiting
         for executor in self.executors:
             executor.flush()
         if not self.ready:

@@ -59,6 +59,25 @@ def _failed(claimed: Claimed, exc: BaseException, kind: str, started, **extra) -
 
 def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     """Run the task of a claimed job once, here; never raises."""
+    attempt = prepare(claimed, worker_id=worker_id)
+    if isinstance(attempt, Ran):
+        return attempt
+    try:
+        call_args = attempt.begin()
+        try:
+            value = attempt.task.call(*call_args, **attempt.kwargs)
+        except BaseException as exc:
+            ran = attempt.failed(exc)
+        else:
+            ran = attempt.ended(value)
+        attempt.close()
+        return attempt.announce(ran)
+    except BaseException as exc:  # a signal receiver failed, or describing a failure did
+        return attempt.broke(exc)
+
+
+def prepare(claimed: Claimed, *, worker_id: str):
+    """The Attempt of a claimed job, or the poison `Ran` of one that cannot run at all."""
     started = now()
     try:
         task, signature = _task_and_signature(claimed.task_path)
@@ -75,10 +94,16 @@ def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
     if claimed.start_by and time.monotonic() > claimed.start_by:
         # Too late for the rate window its claim counted it in (jobs.limits): not begun.
         return Ran(claimed.id, "released")
+    return Attempt(claimed, task, args, kwargs, started, worker_id)
+
+
+def is_coroutine_task(task_path: str) -> bool:
+    """Whether the task at `task_path` is an `async def` (False for one that cannot load)."""
     try:
-        return _run(claimed, task, args, kwargs, started, worker_id)
-    except BaseException as exc:  # a signal receiver failed, or describing a failure did
-        return _failed(claimed, exc, "error", started, stop_reason=DeadLetterReason.UNRECOVERABLE)
+        task, _ = _task_and_signature(task_path)
+    except BaseException:
+        return False
+    return inspect.iscoroutinefunction(task.func)
 
 
 def _task_result(claimed, task, args, kwargs, started, worker_id):
@@ -106,43 +131,59 @@ def _finished(result, status, finished, **extra):
     return result
 
 
-def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
-    sender = type(task.get_backend())
-    announce_start = reaches_anyone(task_started, sender, logging.INFO)
-    result = None
-    if announce_start or task.takes_context:
-        result = _task_result(claimed, task, args, kwargs, started, worker_id)
-    if announce_start:
-        task_started.send(sender=sender, task_result=result)
-    report = None
-    try:
-        if task.takes_context:
-            report = AttemptReport(claimed.id, claimed.lease_id, claimed.attempt)
-            context = JobContext(
-                task_result=result,
-                attempt=claimed.attempt,
-                max_attempts=claimed.max_attempts,
-                job_id=str(claimed.id),
-                logger=report.logger,
-                report=report,
-            )
-            value = task.call(context, *args, **kwargs)
-        else:
-            value = task.call(*args, **kwargs)
-        return_json = payload.dumps(payload.check_json(value, "return value"))
-        if len(return_json) > payload.MAX_BYTES:
-            raise ResultTooLarge(
-                f"the return value takes {len(return_json):,} bytes as JSON, over the limit of "
-                f"{payload.MAX_BYTES:,} (1 MiB): store it elsewhere and return its key"
-            )
-    except Snooze as snooze:
-        return Ran(
-            claimed.id, "snoozed", delay=snooze.seconds, started_at=started, finished_at=now()
+class Attempt:
+    """One attempt of a task, in steps around the call itself: `begin` gives the call's
+    positional arguments, then `failed(exc)` or `ended(value)` gives the `Ran`, `close` writes
+    what the attempt reported, and `announce` sends task_finished. A sync task is called in
+    between by `run_attempt`, a coroutine awaited by the executor's event loop."""
+
+    def __init__(self, claimed, task, args, kwargs, started, worker_id):
+        self.claimed, self.task, self.args, self.kwargs = claimed, task, args, kwargs
+        self.started, self.worker_id = started, worker_id
+        self.sender = type(task.get_backend())
+        self.result = None
+        self.report = None  # where a task with a context reports progress and log lines
+        self.value = None
+
+    def begin(self) -> list:
+        claimed, task = self.claimed, self.task
+        announce_start = reaches_anyone(task_started, self.sender, logging.INFO)
+        if announce_start or task.takes_context:
+            self.result = self._task_result()
+        if announce_start:
+            task_started.send(sender=self.sender, task_result=self.result)
+        if not task.takes_context:
+            return self.args
+        self.report = AttemptReport(claimed.id, claimed.lease_id, claimed.attempt)
+        context = JobContext(
+            task_result=self.result,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            job_id=str(claimed.id),
+            logger=self.report.logger,
+            report=self.report,
         )
-    except BaseException as exc:
+        return [context, *self.args]
+
+    def _task_result(self):
+        return _task_result(
+            self.claimed, self.task, self.args, self.kwargs, self.started, self.worker_id
+        )
+
+    def failed(self, exc: BaseException) -> Ran:
+        """The attempt raised `exc`; call it where the exception is being handled."""
         # Executors ignore SIGINT and SIGTERM, so even KeyboardInterrupt and SystemExit come
         # from the task itself: they fail this attempt like any other exception.
+        claimed, task = self.claimed, self.task
         finished = now()
+        if isinstance(exc, Snooze):
+            return Ran(
+                claimed.id,
+                "snoozed",
+                delay=exc.seconds,
+                started_at=self.started,
+                finished_at=finished,
+            )
         error_type, message, text = describe(exc)
         stop, delay = "", None
         if isinstance(exc, Unrecoverable):
@@ -153,10 +194,10 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
                 task,
                 exc,
                 lambda: task_result_for(
-                    claimed, task, worker_id=worker_id, error=(error_type, text)
+                    claimed, task, worker_id=self.worker_id, error=(error_type, text)
                 ),
             )
-        failure = Ran(
+        return Ran(
             claimed.id,
             "error",
             error_type=error_type,
@@ -164,24 +205,57 @@ def _run(claimed, task, args, kwargs, started, worker_id) -> Ran:
             error_traceback=text,
             delay=delay,
             stop_reason=stop,
-            started_at=started,
+            started_at=self.started,
             finished_at=finished,
         )
-    else:
-        failure = None
-    if report is not None:
-        report.close()  # what it reported is written before its outcome goes back
-    if failure is not None:
-        # Sent outside the except block: the framework's own log receiver then has no exception
-        # to print in full (uncapped, across many lines); the engine records and logs it.
-        if reaches_anyone(task_finished, sender, logging.ERROR):
-            result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
-            _finished(result, TaskResultStatus.FAILED, failure.finished_at)
-            task_finished.send(sender=sender, task_result=result)
-        return failure
-    finished = now()
-    if reaches_anyone(task_finished, sender, logging.INFO):
-        result = result or _task_result(claimed, task, args, kwargs, started, worker_id)
-        _finished(result, TaskResultStatus.SUCCESSFUL, finished, _return_value=value)
-        task_finished.send(sender=sender, task_result=result)
-    return Ran(claimed.id, "ok", return_json=return_json, started_at=started, finished_at=finished)
+
+    def ended(self, value) -> Ran:
+        """The task returned `value` (a value that cannot be stored fails the attempt)."""
+        try:
+            return_json = payload.dumps(payload.check_json(value, "return value"))
+            if len(return_json) > payload.MAX_BYTES:
+                raise ResultTooLarge(
+                    f"the return value takes {len(return_json):,} bytes as JSON, over the limit "
+                    f"of {payload.MAX_BYTES:,} (1 MiB): store it elsewhere and return its key"
+                )
+        except BaseException as exc:
+            return self.failed(exc)
+        self.value = value
+        return Ran(
+            self.claimed.id,
+            "ok",
+            return_json=return_json,
+            started_at=self.started,
+            finished_at=now(),
+        )
+
+    def close(self):
+        """Write what the attempt reported, before its outcome goes back."""
+        if self.report is not None:
+            self.report.close()
+
+    def announces(self, ran: Ran) -> bool:
+        """Whether `announce` would send anything (most projects: no)."""
+        level = logging.ERROR if ran.kind == "error" else logging.INFO
+        return reaches_anyone(task_finished, self.sender, level)
+
+    def announce(self, ran: Ran) -> Ran:
+        """Send task_finished. Sent outside the except block: the framework's own log receiver
+        then has no exception to print in full (uncapped, across many lines); the engine
+        records and logs it."""
+        if not self.announces(ran):
+            return ran
+        result = self.result or self._task_result()
+        if ran.kind == "error":
+            _finished(result, TaskResultStatus.FAILED, ran.finished_at)
+        else:
+            value = self.value
+            _finished(result, TaskResultStatus.SUCCESSFUL, ran.finished_at, _return_value=value)
+        task_finished.send(sender=self.sender, task_result=result)
+        return ran
+
+    def broke(self, exc: BaseException) -> Ran:
+        """A signal receiver failed, or describing a failure did: no retry can help."""
+        return _failed(
+            self.claimed, exc, "error", self.started, stop_reason=DeadLetterReason.UNRECOVERABLE
+        )

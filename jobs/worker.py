@@ -67,6 +67,8 @@ MAX_RESTART_DELAY = 10.0
 class WorkerConfig:
     queues: list[str] = field(default_factory=list)  # [] = every queue
     concurrency: int = 2
+    # Coroutines of async def tasks each executor runs at once (OPTIONS["ASYNC_CONCURRENCY"]).
+    async_concurrency: int = 10
     burst: bool = False
     max_jobs: int | None = None
     worker_id: str | None = None
@@ -83,6 +85,8 @@ class WorkerConfig:
     def __post_init__(self):
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.async_concurrency < 1:
+            raise ValueError("async-concurrency must be at least 1")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max-jobs must be at least 1")
         if self.shutdown_timeout < 0:
@@ -149,6 +153,7 @@ class Held:
     executor: Executor | None = None
     seq: int | None = None
     cancel_requested_at: float | None = None  # monotonic
+    cancel_sent: bool = False  # a coroutine's cancel went to its executor
 
 
 class Worker:
@@ -202,10 +207,11 @@ class Worker:
         self._with_db(self._register)
         queues = ", ".join(self.config.queues) or "all queues"
         logger.info(
-            "worker %s started: %s, concurrency %d, %s database, pid %d%s",
+            "worker %s started: %s, concurrency %d (async %d each), %s database, pid %d%s",
             self.worker_id,
             queues,
             self.config.concurrency,
+            self.config.async_concurrency,
             connection.vendor,
             os.getpid(),
             " (burst)" if self.config.burst else "",
@@ -288,9 +294,10 @@ class Worker:
         timeout = min(self.poll_interval, max(0.0, self.next_heartbeat - now))
         timeout = min(timeout, max(0.0, self.next_schedule_tick - now))
         for held in self.held.values():
-            if held.claimed.timeout and held.claimed.began is not None:
-                timeout = min(timeout, max(0.0, held.claimed.began + held.claimed.timeout - now))
-        if any(len(e.inflight) > 1 for e in self.executors):
+            deadline = self._deadline(held.claimed)
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+        if any(len(e.inflight) > 1 and not e.coroutines for e in self.executors):
             timeout = min(timeout, PREFETCH_BUDGET)
         if self.restarts and not self.stopping:
             timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
@@ -369,11 +376,11 @@ class Worker:
 
     def _claim_limit(self):
         room = self.dispatcher.room()
-        # Claim in batches: wait until half the room is free, unless an executor is idle.
+        # Claim in batches: wait until half the room is free, unless a job can start now.
         if room <= 0 or (
             self.held
             and room < self.dispatcher.total_capacity() // 2
-            and not any(e.idle for e in self.executors)
+            and not self.dispatcher.has_free_place()
         ):
             return 0
         limit = min(room, self.config.batch_size)
@@ -410,7 +417,7 @@ class Worker:
             if c.rate_slack:
                 c.start_by = sent + c.rate_slack
             self.held[c.id] = Held(c)
-            self.dispatcher.ready.append(c)
+            self.dispatcher.add(c)
         self.claimed_total += len(claimed)
         self._log_claims(claimed)
         self.last_claim_full = bool(limit) and len(claimed) == limit
@@ -482,7 +489,13 @@ class Worker:
         if self.stopping:
             return
         try:
-            executor = Executor(index, self.worker_id, self.stop_event, self.settings_module)
+            executor = Executor(
+                index,
+                self.worker_id,
+                self.stop_event,
+                self.settings_module,
+                async_slots=self.config.async_concurrency,
+            )
         except StoppedBeforeStart:
             return
         executor.leases_hold_until(self.leases_hold_until)
@@ -498,18 +511,18 @@ class Worker:
                 self._start_executor(index)
 
     def _on_executor_died(self, executor):
-        running = executor.running()
         # Reap it first, so that its exit code (or signal) is known.
         results = executor.kill()
         how = executor.exit_description()
+        started = [executor.inflight[seq] for seq in sorted(executor.started())]
         job = ""
-        if running is not None:
-            claimed = executor.inflight[running[0]]
-            job = f" running job {claimed.id} ({for_log(claimed.task_path)})"
+        if len(started) == 1:
+            job = f" running job {started[0].id} ({for_log(started[0].task_path)})"
+        elif started:
+            job = f" running {len(started)} jobs"
         logger.error("executor process %s %s%s", executor.pid, how, job)
         self._replace_executor(
             executor,
-            running,
             failure=ExecutorCrashed(f"the process running the job {how}"),
             kind="crashed",
             results=results,
@@ -517,21 +530,31 @@ class Worker:
         )
 
     def _replace_executor(
-        self, executor, running, *, failure, kind="error", results=None, crashed=False
+        self, executor, *, culprit=None, failure, kind="error", results=None, crashed=False
     ):
-        """Stop an executor; settle the job it was running with `failure`; hand the jobs it
-        never started back to the dispatcher; start a new executor unless stopping."""
+        """Stop an executor; settle the jobs it had started with `failure` (only the job
+        `culprit` when given: the others it had started fail as ExecutorCrashed); hand the
+        jobs it never started back to the dispatcher; start a new executor unless stopping."""
         if results is None:
             results = executor.kill()
         self._collect(executor, results)
+        started = executor.started()  # read once the child is gone: final
         requeue = []
         for seq, claimed in sorted(executor.inflight.items()):
             if claimed.id not in self.held:
                 continue
-            if running and seq == running[0]:
-                started_at = oc.now() - timedelta(seconds=max(0.0, time.monotonic() - running[1]))
+            if seq in started:
+                began = started[seq]
+                started_at = oc.now() - timedelta(seconds=max(0.0, time.monotonic() - began))
+                why, how = failure, kind
+                if culprit is not None and seq != culprit:
+                    why = ExecutorCrashed(
+                        f"its executor was stopped to stop job {executor.inflight[culprit].id} "
+                        f"beside it ({failure})"
+                    )
+                    how = "crashed"
                 ran = oc.failure_from_outside(
-                    claimed, failure, kind=kind, worker_id=self.worker_id, started_at=started_at
+                    claimed, why, kind=how, worker_id=self.worker_id, started_at=started_at
                 )
                 held = self.held[claimed.id]
                 cancel = held.cancel_requested_at is not None
@@ -565,45 +588,70 @@ class Worker:
         else:
             self._start_executor(index)
 
+    def _deadline(self, claimed) -> float | None:
+        """When (monotonic) a started job past its timeout is stopped from outside: at its
+        timeout for a sync job; a coroutine, cancelled in its executor at its timeout, gets
+        the cancel grace on top to unwind."""
+        if not claimed.timeout or claimed.began is None:
+            return None
+        grace = self.config.cancel_grace if self.dispatcher.is_coroutine(claimed.task_path) else 0
+        return claimed.began + claimed.timeout + grace
+
     def _enforce_deadlines(self, now):
         for executor in list(self.executors):
-            running = executor.running()
-            if running is None:
+            started = executor.started()
+            if not started:
                 continue
-            seq, started = running
-            if len(executor.inflight) > 1 and now - started > PREFETCH_BUDGET:
+            if executor.coroutines:
+                self._enforce_coroutine_deadlines(executor, started, now)
+                continue
+            seq = min(started)
+            if len(executor.inflight) > 1 and now - started[seq] > PREFETCH_BUDGET:
                 # A job thought short runs long: the jobs waiting behind it go elsewhere.
                 back = executor.take_back_waiting()
                 self.dispatcher.ready.extendleft(reversed(back))
-            claimed = executor.inflight[seq]
-            claimed.began = started
-            held = self.held.get(claimed.id)
-            if claimed.timeout and now - started > claimed.timeout:
-                logger.warning(
-                    "job %s (%s) ran past its %gs timeout: stopping it",
-                    claimed.id,
-                    for_log(claimed.task_path),
-                    claimed.timeout,
-                )
-                self._replace_executor(
-                    executor,
-                    running,
-                    failure=JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s"),
-                )
-            elif (
-                held
-                and held.cancel_requested_at is not None
-                and now - held.cancel_requested_at > self.config.cancel_grace
-            ):
-                logger.warning(
-                    "job %s (%s) did not stop within %gs of its cancel: stopping it",
-                    claimed.id,
-                    for_log(claimed.task_path),
-                    self.config.cancel_grace,
-                )
-                self._replace_executor(
-                    executor, running, failure=JobCancelled("cancelled by an operator")
-                )
+            self._stop_if_overdue(executor, seq, started[seq], now)
+
+    def _enforce_coroutine_deadlines(self, executor, started, now):
+        for seq, began in sorted(started.items()):
+            held = self.held.get(executor.inflight[seq].id)
+            if held and held.cancel_requested_at is not None and not held.cancel_sent:
+                executor.cancel(seq)  # the coroutine alone; it answers as cancelled
+                held.cancel_sent = True
+            if self._stop_if_overdue(executor, seq, began, now):
+                return
+
+    def _stop_if_overdue(self, executor, seq, began, now) -> bool:
+        """Stop the executor of job `seq` if that job ran past its deadline or past its
+        cancel's grace; True if it did."""
+        claimed = executor.inflight[seq]
+        claimed.began = began
+        held = self.held.get(claimed.id)
+        deadline = self._deadline(claimed)
+        if deadline is not None and now > deadline:
+            logger.warning(
+                "job %s (%s) ran past its %gs timeout: stopping it",
+                claimed.id,
+                for_log(claimed.task_path),
+                claimed.timeout,
+            )
+            failure = JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+        elif (
+            held
+            and held.cancel_requested_at is not None
+            and now - held.cancel_requested_at > self.config.cancel_grace
+        ):
+            logger.warning(
+                "job %s (%s) did not stop within %gs of its cancel: stopping it",
+                claimed.id,
+                for_log(claimed.task_path),
+                self.config.cancel_grace,
+            )
+            failure = JobCancelled("cancelled by an operator")
+        else:
+            return False
+        self._replace_executor(executor, culprit=seq, failure=failure)
+        return True
 
     def _flush_finishes(self):
         self._sync(claim=False)
@@ -699,6 +747,8 @@ class Worker:
                 "pid": os.getpid(),
                 "queues": list(self.config.queues),
                 "concurrency": self.config.concurrency,
+                "async_concurrency": self.config.async_concurrency,
+                **self._free_slots(),
                 "started_at": timezone.now(),
                 "last_heartbeat_at": timezone.now(),
                 "stopped_at": None,
@@ -708,16 +758,16 @@ class Worker:
     def _heartbeat(self):
         self.heartbeats += 1
         WorkerNode.objects.filter(id=self.worker_id).update(
-            last_heartbeat_at=timezone.now(), jobs_processed=self.processed_total
+            last_heartbeat_at=timezone.now(),
+            jobs_processed=self.processed_total,
+            **self._free_slots(),
         )
         now = time.monotonic()
         renewable = [
             (job_id, h.claimed.lease_id)
             for job_id, h in self.held.items()
             # A job past its own deadline is being stopped; its lease is not renewed.
-            if not (
-                h.claimed.timeout and h.claimed.began and now - h.claimed.began > h.claimed.timeout
-            )
+            if (deadline := self._deadline(h.claimed)) is None or now <= deadline
         ]
         sent = time.monotonic()
         held_ids = db.renew_leases(renewable, self.config.lease_seconds)
@@ -731,6 +781,15 @@ class Worker:
                 self._abandon(job_id)
         self._check_cancels()
         self._maintenance()
+
+    def _free_slots(self) -> dict:
+        """What the console shows of this worker's room: executors free for a sync job, and
+        free coroutine slots."""
+        live = [e for e in self.executors if not e.broken]
+        return {
+            "free_sync_slots": sum(1 for e in live if e.idle),
+            "free_async_slots": sum(e.free_async_slots() for e in live),
+        }
 
     def _abandon(self, job_id):
         held = self.held.pop(job_id, None)
@@ -747,9 +806,7 @@ class Worker:
                     # Its executor may not start or go on with it: the job belongs to whoever
                     # recovered it. Stop that executor; its other jobs go back in line.
                     executor.take(seq)
-                    self._replace_executor(
-                        executor, executor.running(), failure=WorkerLost("lease lost")
-                    )
+                    self._replace_executor(executor, failure=WorkerLost("lease lost"))
                     return
 
     def _check_cancels(self):
@@ -803,14 +860,14 @@ class Worker:
         for executor in self.executors:
             executor.close()  # in order: each exits once it has answered what it holds
         for executor in list(self.executors):
-            running = executor.running()
-            if running is None:
+            if not executor.started():
                 executor.process.join(2)
             self._collect(executor, executor.kill())
+            started = executor.started()  # read once the child is gone: final
             for seq, claimed in sorted(executor.inflight.items()):
                 if claimed.id not in self.held:
                     continue
-                if running and seq == running[0]:
+                if seq in started:
                     ran = oc.failure_from_outside(
                         claimed,
                         WorkerShutdown("the worker shut down before the job finished"),

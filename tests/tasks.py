@@ -360,3 +360,83 @@ def batch_callback(batch_id, counts):
     """A batch callback: records its run, returns what it was given."""
     _ledger(f"callback-{batch_id}")
     return {"batch_id": batch_id, "counts": counts}
+
+
+# --- async def tasks run as coroutines (tests/test_async_execution.py) ------------------------
+
+
+@task(backoff=NO_WAIT)
+async def awaits(key, seconds):
+    """Writes start:KEY, awaits `seconds`, writes end:KEY."""
+    _event(f"start:{key}")
+    await asyncio.sleep(seconds)
+    _event(f"end:{key}")
+    return key
+
+
+@task(backoff=NO_WAIT, takes_context=True)
+async def awaits_on_first_attempt(context, key, seconds):
+    """Awaits `seconds` on its first attempt only, so a retried job finishes at once."""
+    _event(f"start:{key}")
+    if context.attempt == 1:
+        await asyncio.sleep(seconds)
+    _event(f"end:{key}")
+    return context.attempt
+
+
+@task(backoff=NO_WAIT, max_attempts=1, timeout=1)
+async def hangs(key):
+    """Awaits for an hour: only its timeout's cancel ends it."""
+    _event(f"start:{key}")
+    await asyncio.sleep(3600)
+
+
+@task(backoff=NO_WAIT, max_attempts=1, timeout=1)
+async def ignores_cancellation(key):
+    """Swallows every cancel and keeps awaiting: only stopping its executor ends it."""
+    _event(f"start:{key}")
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            _event(f"ignored:{key}")
+
+
+@task(backoff=NO_WAIT, max_attempts=3, takes_context=True)
+async def exits_beside(context, key, prefix, neighbours):
+    """On attempt 1, once `neighbours` jobs whose keys start with `prefix` have started,
+    ends its executor process at once (os._exit); later attempts return."""
+    _event(f"start:{key}")
+    if context.attempt == 1:
+        deadline = time.monotonic() + 10
+        while _started_with(prefix) < neighbours and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        os._exit(3)
+    _event(f"end:{key}")
+    return context.attempt
+
+
+def _started_with(prefix):
+    path = os.environ.get("JOBSITE_TEST_LEDGER")
+    if not path or not Path(path).exists():
+        return 0
+    return sum(1 for word in Path(path).read_text().split() if word.startswith(f"start:{prefix}"))
+
+
+@task(backoff=NO_WAIT)
+async def blocks_loop(key, seconds):
+    """Holds the event loop: a blocking sleep inside async def."""
+    _event(f"start:{key}")
+    time.sleep(seconds)
+    _event(f"end:{key}")
+    return key
+
+
+@task(backoff=NO_WAIT)
+async def reads_jobs(job_id):
+    """Uses the async ORM: reads a job and counts the jobs of its task."""
+    from jobs.models import Job
+
+    job = await Job.objects.aget(id=job_id)
+    count = await Job.objects.filter(task_path=job.task_path).acount()
+    return {"task_path": job.task_path, "count": count}

@@ -93,6 +93,23 @@ def test_rerun_makes_a_new_linked_run_and_leaves_the_original_alone(state):
     assert Job.objects.values().get(id=original.id) == before
 
 
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_rerun_of_a_retried_job_gets_the_tasks_own_attempts_not_the_raised_ones(edited):
+    job = make_job(JobState.DEAD_LETTER, task_path="tests.tasks.always_fails", args=["k"])
+    assert actions.retry(job.id)
+    Job.objects.filter(id=job.id).update(
+        state=JobState.DEAD_LETTER, attempt=4, finished_at=timezone.now()
+    )
+    assert Job.objects.get(id=job.id).max_attempts == 4
+    new = actions.rerun(job.id, args=["edited"] if edited else None)
+    assert new.max_attempts == 3
+
+
+def test_a_rerun_of_a_job_whose_task_is_gone_keeps_the_jobs_attempts():
+    job = make_job(JobState.DEAD_LETTER, task_path="tests.tasks.no_such_task", max_attempts=7)
+    assert actions.rerun(job.id).max_attempts == 7
+
+
 @pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL))
 def test_rerun_is_refused_before_the_job_has_finished(state):
     job = make_job(state, attempt=1 if state == JobState.RETRYING else 0)

@@ -45,7 +45,7 @@ def test_rerun_asks_in_a_dialog_escape_keeps_things_as_they_are_and_confirm_reru
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
     expect(dialog).to_contain_text("Rerun this job? A new run with the same arguments")
-    expect(dialog.get_by_role("button", name="Rerun", exact=True)).to_be_focused()
+    expect(dialog.get_by_role("button", name="Rerun job", exact=True)).to_be_focused()
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
 
@@ -55,7 +55,7 @@ def test_rerun_asks_in_a_dialog_escape_keeps_things_as_they_are_and_confirm_reru
     assert not Job.objects.filter(rerun_of=job).exists()
 
     page.get_by_role("button", name="Rerun", exact=True).click()
-    dialog.get_by_role("button", name="Rerun", exact=True).click()
+    dialog.get_by_role("button", name="Rerun job", exact=True).click()
     expect(page.locator("#job .messages")).to_contain_text("new run enqueued")
     assert Job.objects.filter(rerun_of=job).count() == 1
 
@@ -68,7 +68,7 @@ def test_cancel_without_javascript_goes_through_the_confirmation_page(open_conso
     expect(page.get_by_role("heading", name="Cancel add")).to_be_visible()
     job.refresh_from_db()
     assert job.state == JobState.PENDING
-    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.get_by_role("button", name="Cancel job", exact=True).click()
     expect(page.get_by_role("status")).to_contain_text("job cancelled")
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED

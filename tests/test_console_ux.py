@@ -71,7 +71,7 @@ def test_rerun_posted_without_script_answers_a_confirmation_page_and_changes_not
     form = next(f for f in forms_in(html) if 'name="confirm" value="yes"' in f)
     assert f'action="{reverse("dashboard:rerun", args=[dead.id])}"' in form
     assert 'name="token" value="t-1"' in form and 'name="next" value="/dead-letters/"' in form
-    assert ">Rerun</button>" in form
+    assert ">Rerun job</button>" in form
     assert '<a class="button button-quiet" href="/dead-letters/">Go back</a>' in html
     assert Job.objects.count() == 1
     assert not AuditEntry.objects.exists()

@@ -26,7 +26,7 @@ def test_operator_retries_a_dead_letter_and_watches_it_leave_the_list_and_succee
     job = dead_letter_of_add()
     page = open_console()
     page.get_by_role("link", name="Dead letters").click()
-    row_link = page.locator(f'#dead-letters a[href="/jobs/{job.id}/"]')
+    row_link = page.locator(f'#dead-letters tr[data-job-id="{job.id}"] a[href="/jobs/{job.id}/"]')
     expect(row_link).to_have_count(1)
     page.screenshot(path=screenshots / "dead-letters-before-retry.png", full_page=True)
 
@@ -49,7 +49,7 @@ def test_operator_reruns_a_job_and_follows_the_link_to_the_new_run(open_console,
     page = open_console()
     page.goto(f"{page.url}jobs/{job.id}/")
     page.get_by_role("button", name="Rerun", exact=True).click()
-    page.get_by_role("dialog").get_by_role("button", name="Rerun", exact=True).click()
+    page.get_by_role("dialog").get_by_role("button", name="Rerun job", exact=True).click()
     expect(page.get_by_role("status")).to_contain_text("new run enqueued")
     page.get_by_role("link", name="open the new run").click()
     new = Job.objects.get(rerun_of=job)
@@ -77,7 +77,7 @@ def test_retry_works_without_javascript(open_console):
     page.goto(f"{page.url}dead-letters/")
     page.get_by_role("button", name="Retry", exact=True).click()
     expect(page.get_by_role("status")).to_contain_text("job put back in line")
-    expect(page.locator(f'a[href="/jobs/{job.id}/"]')).to_have_count(0)
+    expect(page.locator(f'tr[data-job-id="{job.id}"]')).to_have_count(0)
     job.refresh_from_db()
     assert job.state == JobState.PENDING
 
@@ -87,7 +87,7 @@ def test_bulk_retry_of_ticked_rows_asks_first_then_retries_them(open_console):
     page = open_console()
     page.goto(f"{page.url}dead-letters/")
     tick(settled(page).get_by_label("Tick every row on this page"))
-    page.get_by_role("button", name="Ticked rows…").click()
+    page.get_by_role("button", name="Retry ticked rows…").click()
     expect(page.get_by_text("Retry 3 dead letters?")).to_be_visible()
     assert Job.objects.filter(state=JobState.PENDING).count() == 0
     page.get_by_role("button", name="Retry", exact=True).click()

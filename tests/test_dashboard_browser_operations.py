@@ -76,7 +76,7 @@ def test_operator_discards_a_dead_letter_after_confirming(open_console):
     )
     if dialog.count():
         expect(dialog).to_contain_text("Discard this job and its attempts?")
-        dialog.get_by_role("button", name="Discard").click()
+        dialog.get_by_role("button", name="Discard job").click()
     expect(page).to_have_url(re.compile(r"/jobs/$"))
     expect(page.get_by_role("status")).to_contain_text("discarded")
     assert not Job.objects.filter(id=job.id).exists()

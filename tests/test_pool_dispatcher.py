@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
+from jobs.executor_loop import TAKEN, new_status, slot_fields
 from jobs.pool import (
-    IDLE,
     PREFETCH_BUDGET,
     SEEN_BEFORE_SHORT,
     SEND_EVERY,
@@ -22,21 +22,23 @@ from tests.factories import make_claimed
 
 SHORT = "tests.tasks.add"
 LONG = "tests.tasks.sleepy"
+COROUTINE = "tests.tasks.awaits"
 
 
 @pytest.fixture
 def executors():
     made = []
 
-    def make(n):
+    def make(n, async_slots=1):
         for index in range(n):
             e = object.__new__(Executor)
             ctx = mp_context()
             e.index = index
             e.conn, e.child_end = ctx.Pipe()
-            e.status = ctx.RawArray("d", [IDLE, 0.0, 0.0, 0.0, 0.0])
+            e.status = ctx.RawArray("d", new_status(async_slots))
             e.taking = ctx.Lock()
             e.inflight, e.estimates = {}, {}
+            e.coroutines, e.async_slots = set(), async_slots
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
             e.channel, e._received = Channel(e.conn), []
@@ -130,3 +132,64 @@ def test_a_broken_executor_gets_nothing(executors):
     d.ready.append(job())
     assert d.dispatch() == []
     assert not broken.inflight and len(healthy.inflight) == 1
+
+
+# --- coroutines (async def tasks) ---------------------------------------------------------
+
+
+def test_coroutines_fill_the_async_slots_of_the_least_busy_executors(executors):
+    first, second = executors(2, async_slots=3)
+    d = dispatcher([first, second])
+    d.ready.extend(job(COROUTINE) for _ in range(7))
+    left = d.dispatch()
+    assert (len(first.inflight), len(second.inflight)) == (3, 3)
+    assert len(left) == 1  # no slot anywhere: handed back, not left waiting in running
+    assert first.coroutines == set(first.inflight)
+
+
+def test_a_sync_job_never_joins_coroutines_nor_a_coroutine_a_sync_job(executors):
+    with_coroutine, with_sync = executors(2, async_slots=4)
+    d = dispatcher([with_coroutine, with_sync])
+    with_coroutine.send(1, job(COROUTINE), None, coroutine=True)
+    with_sync.send(2, job(SHORT), 0.001)
+    sync, coroutine = job(SHORT), job(COROUTINE)
+    d.ready.extend([sync, coroutine])
+    d.dispatch()
+    assert sync not in with_coroutine.inflight.values()
+    assert coroutine in with_coroutine.inflight.values()
+    assert coroutine not in with_sync.inflight.values()
+    assert with_coroutine.free_async_slots() == 2 and with_sync.free_async_slots() == 0
+
+
+def test_a_sync_job_that_fits_nowhere_does_not_hold_up_the_coroutines_behind_it(executors):
+    (only,) = executors(1, async_slots=4)
+    d = dispatcher([only])
+    only.send(1, job(COROUTINE), None, coroutine=True)
+    stuck, behind = job(LONG), job(COROUTINE)
+    d.ready.extend([stuck, behind])
+    assert d.dispatch() == [stuck]
+    assert behind in only.inflight.values()
+
+
+def test_claims_are_sized_by_the_share_of_coroutines_seen(executors):
+    pair = executors(2, async_slots=10)
+    d = Dispatcher(pair)
+    assert d.room() == 2  # nothing seen yet: sized for sync jobs, never more than can start
+    for _ in range(30):
+        d.add(job(COROUTINE))
+    d.ready.clear()
+    assert 18 <= d.room() <= 20
+    assert d.has_free_place()
+
+
+def test_the_slots_show_every_started_job_and_its_start(executors):
+    (only,) = executors(1, async_slots=3)
+    for seq in (4, 5, 6):
+        only.send(seq, job(COROUTINE), None, coroutine=True)
+    for slot, seq in ((0, 5), (2, 4)):  # as the child marks them, in any slot
+        seq_at, start_at = slot_fields(slot)
+        only.status[start_at] = 100.0 + seq
+        only.status[seq_at] = float(seq)
+    only.status[TAKEN] = 5.0
+    assert only.started() == {4: 104.0, 5: 105.0}
+    assert only.running() == (4, 104.0)

@@ -296,6 +296,8 @@ def test_counters_follow_what_the_worker_did(run_worker):
     [
         (["--concurrency", "0"], "number >= 1"),
         (["--concurrency", "many"], "whole number"),
+        (["--async-concurrency", "0"], "number from 1 to 10000"),
+        (["--async-concurrency", "lots"], "whole number"),
         (["--max-jobs", "-1"], "number >= 1"),
         (["--shutdown-timeout", "soon"], "seconds"),
         (["--shutdown-timeout", "nan"], "seconds"),

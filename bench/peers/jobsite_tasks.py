@@ -1,5 +1,6 @@
 """jobsite's benchmark tasks (`manage.py worker` imports them: it runs from the repo root)."""
 
+import asyncio
 import time
 
 from django.tasks import task
@@ -23,3 +24,9 @@ def retried(i):
 def sleep_ms(ms):
     """A job that takes `ms` milliseconds of wall time (the mixed workload of bench/baseline.py)."""
     time.sleep(ms / 1000)
+
+
+@task()
+async def await_ms(ms):
+    """An async job that awaits `ms` milliseconds (bench/async_jobs.py)."""
+    await asyncio.sleep(ms / 1000)

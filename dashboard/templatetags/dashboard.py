@@ -8,13 +8,14 @@ from django import template
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
 from jobs.actions import due_later as job_due_later
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 
 from ..buttons import job_buttons
+from ..health import no_worker_alert
 
 register = template.Library()
 
@@ -82,10 +83,13 @@ def duration(delta: timedelta | None):
     if delta is None:
         return "—"
     seconds = delta.total_seconds()
+    if seconds < 0.0005:
+        # "0 ms" would read as "did not run".
+        return "< 1 ms"
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
-        return f"{seconds:.1f} s"
+        return f"{seconds:.1f} s".replace(".0 s", " s")
     return _span(seconds)
 
 
@@ -212,7 +216,13 @@ def job_actions(context, job, target, *only):
                 url=url,
                 target=target,
                 action=button.action,
-                confirm=format_html(' data-confirm="{}"', button.confirm) if button.confirm else "",
+                confirm=format_html(
+                    ' data-confirm="{}" data-confirm-label="{}"',
+                    button.confirm,
+                    button.confirm_label,
+                )
+                if button.confirm
+                else "",
                 common=common,
                 extra=mark_safe(extra),
                 label=button.label,
@@ -242,3 +252,21 @@ class PageHeadNode(template.Node):
         note = mark_safe(self.note.render(context).strip())
         values = {"title": self.title.resolve(context), "note": note, "live": self.live}
         return render_to_string("dashboard/includes/page_head.html", values)
+
+
+@register.inclusion_tag("dashboard/includes/worker_banner.html")
+def worker_banner():
+    """The warning shown on every page while due jobs wait and no worker is alive."""
+    return {"alert": no_worker_alert()}
+
+
+@register.filter
+def code_spans(text: str):
+    """Text with its `backticked` words set as code (OpenAPI descriptions use them)."""
+    parts = escape(text).split("`")
+    if len(parts) % 2 == 0:
+        # An unmatched backtick: leave the text as written.
+        return escape(text)
+    return mark_safe(
+        "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+    )

@@ -19,7 +19,6 @@ from django.db import connection, transaction
 
 from .. import payload
 from ..states import TERMINAL, AttemptOutcome, JobState
-from . import pooler
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import (
     ATTEMPT,
@@ -34,6 +33,7 @@ from .engine import (
     sql_in,
     sql_state,
 )
+from .pooler import is_pooled
 from .records import Finish
 
 NOTIFY_CHANNEL = "jobsite_jobs"
@@ -54,7 +54,7 @@ class BoundCursor:
     afresh costs more than running them. So, unless the project's DATABASES OPTIONS name
     `prepare_threshold` themselves, the threshold is raised to "never automatically": only
     these explicitly marked statements are prepared. Behind a transaction-mode pooler without
-    prepared-statement support (found by pooler.is_pooled) they stay off; naming
+    prepared-statement support (found by is_pooled) they stay off; naming
     `prepare_threshold` in OPTIONS decides either way (PgBouncer >= 1.21 with
     max_prepared_statements keeps them).
     """
@@ -69,7 +69,7 @@ class BoundCursor:
         if (
             raw.prepare_threshold is None
             and "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
-            and not pooler.is_pooled(connection)
+            and not is_pooled(connection)
         ):
             raw.prepare_threshold = ONLY_WHEN_ASKED
         self.cursor = psycopg.Cursor(raw)
@@ -187,7 +187,7 @@ class PostgresEngine(Engine):
         PostgreSQL's.
         """
         timeouts = [f"{int(lease_seconds * 1000)}ms", f"{int(heartbeat_seconds * 1000)}ms"]
-        if pooler.is_pooled(conn):
+        if is_pooled(conn):
             conn.jobsite_local_settings = timeouts[1:]
             return
         with conn.cursor() as cursor:

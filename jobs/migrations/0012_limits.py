@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0013_workflows'),
+        ('jobs', '0017_audit_page'),
     ]
 
     operations = [

@@ -68,9 +68,11 @@
       reason = reason || pauseReason(region);
     });
     status.textContent = reason || "Live";
+    status.title = reason || "Live: this page refreshes itself";
     status.classList.toggle("is-paused", Boolean(reason));
     toggle.setAttribute("aria-pressed", liveOff() ? "false" : "true");
     toggle.textContent = liveOff() ? "Turn live refresh on" : "Turn live refresh off";
+    toggle.title = toggle.textContent;
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
@@ -170,7 +172,7 @@
     confirmDialog = confirmDialog || buildConfirmDialog();
     var dialog = confirmDialog;
     var verb = form.querySelector("button[type=submit], button:not([type])");
-    var label = verb ? verb.textContent.trim() : "Confirm";
+    var label = form.getAttribute("data-confirm-label") || (verb ? verb.textContent.trim() : "Confirm");
     dialog.querySelector(".dialog-question").textContent = form.getAttribute("data-confirm");
     var confirmButton = dialog.querySelector("[data-confirm-verb]");
     confirmButton.textContent = label;
@@ -231,7 +233,7 @@
     ["k", "Select the previous job"],
     ["Enter", "Open the selected job"],
     ["r", "Retry the selected job (or the job on its page)"],
-    ["/", "Search"],
+    ["/", "Search (the job list, from a page with no search)"],
     ["?", "Show these shortcuts"],
     ["Esc", "Close a dialog"],
   ];
@@ -341,7 +343,13 @@
         break;
       case "/":
         if (!search) {
-          return;
+          // No search on this page: search the job list.
+          var jobs = document.querySelector('meta[name="jobsite-search"]');
+          if (!jobs) {
+            return;
+          }
+          window.location.assign(jobs.getAttribute("content") + "#search");
+          break;
         }
         search.focus();
         search.select();
@@ -361,13 +369,99 @@
     }
   });
 
+  // --- row density -----------------------------------------------------------------------------
+  // Lists are compact by default on wide screens (the stylesheet decides); a choice made here
+  // is remembered and wins on any screen.
+  var DENSITY_KEY = "jobsite.density";
+  var WIDE = "(min-width: 1200px)";
+
+  function density() {
+    var chosen = null;
+    try {
+      chosen = window.localStorage.getItem(DENSITY_KEY);
+    } catch (error) {
+      chosen = null;
+    }
+    return chosen || (window.matchMedia(WIDE).matches ? "compact" : "comfortable");
+  }
+
+  function showDensity() {
+    var current = density();
+    document.documentElement.setAttribute("data-density", current);
+    document.querySelectorAll("[data-density-toggle]").forEach(function (button) {
+      button.textContent = current === "compact" ? "Comfortable rows" : "Compact rows";
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest("[data-density-toggle]")) {
+      return;
+    }
+    var next = density() === "compact" ? "comfortable" : "compact";
+    try {
+      window.localStorage.setItem(DENSITY_KEY, next);
+    } catch (error) {
+      // Storage refused: the choice lasts for this page only.
+    }
+    document.documentElement.setAttribute("data-density", next);
+    showDensity();
+  });
+
+  // --- countdowns --------------------------------------------------------------------------------
+  // A [data-countdown] holds a time ahead ("in 42 s"); it counts down here between refreshes, and
+  // its region refreshes once the moment has passed.
+  function span(seconds) {
+    seconds = Math.abs(seconds);
+    if (seconds < 1) {
+      return "<1 s";
+    }
+    if (seconds < 60) {
+      return Math.floor(seconds) + " s";
+    }
+    if (seconds < 3600) {
+      return Math.floor(seconds / 60) + " min";
+    }
+    if (seconds < 86400) {
+      var hours = Math.floor(seconds / 3600);
+      var rest = Math.floor(seconds) - hours * 3600;
+      return hours < 10 && rest >= 60 ? hours + " h " + Math.floor(rest / 60) + " min" : hours + " h";
+    }
+    return Math.floor(seconds / 86400) + " d";
+  }
+
+  function tickCountdowns() {
+    document.querySelectorAll("[data-countdown]").forEach(function (element) {
+      var time = element.querySelector("time");
+      var at = Date.parse(element.getAttribute("data-countdown"));
+      if (!time || isNaN(at) || !time.firstChild || time.firstChild.nodeType !== 3) {
+        return;
+      }
+      var seconds = (at - Date.now()) / 1000;
+      time.firstChild.nodeValue = seconds >= 1 ? "in " + span(seconds) : "due now";
+      var region = element.closest("[data-poll]");
+      if (seconds < 0 && !element.hasAttribute("data-counted-down") && region && window.htmx) {
+        element.setAttribute("data-counted-down", "");
+        window.htmx.trigger(region, "wake");
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     reveal(document);
     showLiveStatus();
+    showDensity();
+    if (document.querySelector("[data-countdown]") || document.querySelector("#schedules")) {
+      window.setInterval(tickCountdowns, 1000);
+    }
+    var search = document.querySelector('input[type="search"][name="q"]');
+    if (search && window.location.hash === "#search") {
+      search.focus();
+    }
   });
   document.addEventListener("htmx:afterSwap", function (event) {
     reveal(event.detail.elt.parentNode || document);
     markSelection();
     showLiveStatus();
+    showDensity();
   });
 })();

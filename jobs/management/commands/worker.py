@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import limit_spec, logformat, schedules, sentry
+from jobs.backend import DEFAULT_ASYNC_CONCURRENCY
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
@@ -9,6 +10,7 @@ from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
 positive_int = whole_number(1)
+MAX_ASYNC_CONCURRENCY = 10_000
 
 
 class Command(BaseCommand):
@@ -29,6 +31,14 @@ class Command(BaseCommand):
             default=2,
             metavar="N",
             help="jobs run at once, each in its own process (default 2)",
+        )
+        parser.add_argument(
+            "--async-concurrency",
+            type=whole_number(1, MAX_ASYNC_CONCURRENCY),
+            default=None,
+            metavar="N",
+            help="coroutines of async def tasks each process runs at once "
+            '(default OPTIONS["ASYNC_CONCURRENCY"], else 10)',
         )
         parser.add_argument(
             "--burst", action="store_true", help="exit once no job is due and none is running"
@@ -88,10 +98,22 @@ class Command(BaseCommand):
         if worker_id is not None and not 0 < len(worker_id) <= 200:
             raise CommandError("--worker-id must be 1 to 200 characters")
         timing = getattr(backend, "timing", DEFAULTS)
+        async_concurrency = options["async_concurrency"]
+        if async_concurrency is None:
+            async_concurrency = getattr(backend, "async_concurrency", DEFAULT_ASYNC_CONCURRENCY)
+            if (
+                type(async_concurrency) is not int
+                or not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY
+            ):
+                raise CommandError(
+                    'OPTIONS["ASYNC_CONCURRENCY"] must be a whole number from 1 to '
+                    f"{MAX_ASYNC_CONCURRENCY}, got {async_concurrency!r}"
+                )
         try:
             config = WorkerConfig(
                 queues=options["queues"],
                 concurrency=options["concurrency"],
+                async_concurrency=async_concurrency,
                 burst=options["burst"],
                 max_jobs=options["max_jobs"],
                 worker_id=worker_id,

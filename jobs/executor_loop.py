@@ -1,0 +1,340 @@
+"""An executor's side of the pipe: it takes the jobs it is sent, in order, and runs them.
+
+A sync task runs in the executor's main thread, alone: the dispatcher never sends one beside
+coroutines. An `async def` task runs as a coroutine on the executor's one event loop, in a
+second thread, beside up to the worker's `--async-concurrency` others. The main thread only
+reads the pipe, so a message (a job, a cancel) is taken while coroutines run.
+
+Every job started takes one slot of the shared status array (its seq and its start time)
+before it starts, and gives it back only after its outcome is written to the pipe: after a
+crash the worker knows from the slots which jobs had started (failed attempts) and hands back
+the others. Taking a slot happens under the `taking` lock, the same lock the worker holds
+while it takes back jobs not yet started: a job is either started here or taken back.
+"""
+
+import asyncio
+import logging
+import pickle
+import queue
+import sys
+import threading
+import time
+
+from .errors import JobCancelled, JobTimeout
+from .errortext import for_log
+
+logger = logging.getLogger(__name__)
+
+IDLE = -1.0
+# Header of the status array: [seq of slot 0, start of slot 0, leases hold until,
+# highest seq taken, highest seq that must no longer start]; slots 1.. follow in pairs.
+LEASES, TAKEN, RELEASE_UP_TO = 2, 3, 4
+HEADER = 5
+# A coroutine that keeps the event loop this long without yielding is logged.
+LOOP_BLOCK_THRESHOLD = 0.5
+LOOP_TICK = 0.1
+
+
+def new_status(slots: int) -> list[float]:
+    """The initial status array of an executor with `slots` slots (1 for sync jobs only)."""
+    return [IDLE, 0.0, 0.0, 0.0, 0.0] + [IDLE, 0.0] * (slots - 1)
+
+
+def slot_count(status) -> int:
+    return (len(status) - HEADER) // 2 + 1
+
+
+def slot_fields(slot: int) -> tuple[int, int]:
+    """Indexes of a slot's seq and start time in the status array."""
+    return (0, 1) if slot == 0 else (HEADER + 2 * slot - 2, HEADER + 2 * slot - 1)
+
+
+def started_jobs(status) -> dict[int, float]:
+    """seq -> monotonic start of every job started and not yet answered, per the slots."""
+    started = {}
+    for slot in range(slot_count(status)):
+        seq_at, start_at = slot_fields(slot)
+        seq = status[seq_at]
+        if seq != IDLE:
+            started[int(seq)] = status[start_at]
+    return started
+
+
+def lease_holds(claimed, status) -> bool:
+    """Whether the job's lease is sure to hold now: from its claim, or the last renewal."""
+    return time.monotonic() < max(claimed.lease_until, status[LEASES])
+
+
+class ExecutorLoop:
+    """Reads jobs off the pipe and runs them; `serve` returns when the worker says stop."""
+
+    def __init__(self, conn, status, taking, stop_flag, worker_id, *, codecs, dumps, tidy):
+        self.conn, self.status, self.taking = conn, status, taking
+        self.stop_flag, self.worker_id = stop_flag, worker_id
+        self.job_codec, self.ran_codec = codecs
+        self.dumps, self.tidy = dumps, tidy
+        self.free_slots: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in range(slot_count(status)):
+            self.free_slots.put(slot)
+        # seq -> Claimed of each job started whose outcome is not yet sent (the watchdog's).
+        self.running: dict[int, object] = {}
+        self.send_lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread = None
+        self.controls: dict[int, Control] = {}  # seq -> its coroutine's, in the loop only
+        # Coroutines handed to the loop and not yet done; all_done is set when there are none.
+        self.active = 0
+        self.active_lock = threading.Lock()
+        self.all_done = threading.Event()
+        self.all_done.set()
+        self.last_tick = time.monotonic()
+        self.blocker = None  # (seq, claimed) of the coroutine seen holding the loop
+
+    # --- the main thread: the pipe -------------------------------------------------------
+
+    def serve(self):
+        from .runner import is_coroutine_task, run_attempt
+
+        while True:
+            try:
+                message = pickle.loads(self.conn.recv_bytes())
+            except (EOFError, OSError):
+                return
+            if message is None:
+                break
+            seq, *values = message
+            if seq < 0:
+                self._call_in_loop(self._cancel, -seq)
+                continue
+            claimed = self.job_codec.build(values)
+            slot = self._take(seq, claimed)
+            if slot is None:
+                self._send(seq, _released(claimed))
+                continue
+            if is_coroutine_task(claimed.task_path):
+                with self.active_lock:
+                    self.active += 1
+                    self.all_done.clear()
+                self._call_in_loop(self._spawn, seq, claimed, slot)
+                continue
+            ran = run_attempt(claimed, worker_id=self.worker_id)
+            self._answer(seq, slot, ran)
+            self.tidy()
+        # Asked to stop: what runs here finishes first (the worker kills us past its timeout).
+        self.all_done.wait()
+
+    def _take(self, seq, claimed):
+        """The slot the job starts in, or None when it must not start."""
+        slot = self.free_slots.get()  # one is given back as soon as an outcome is out
+        with self.taking:
+            # A job whose lease may be gone belongs to whoever recovers it, and one the worker
+            # took back runs elsewhere: never start those.
+            start = not (
+                self.stop_flag.is_set()
+                or seq <= self.status[RELEASE_UP_TO]
+                or not lease_holds(claimed, self.status)
+            )
+            if start:
+                seq_at, start_at = slot_fields(slot)
+                self.status[start_at] = time.monotonic()
+                self.status[seq_at] = float(seq)  # from here on, the job counts as started
+                self.status[TAKEN] = float(seq)
+                self.running[seq] = claimed
+        if not start:
+            self.free_slots.put(slot)
+            return None
+        return slot
+
+    def _answer(self, seq, slot, ran):
+        self._send(seq, ran)  # out before the slot is given back
+        self.running.pop(seq, None)
+        self.status[slot_fields(slot)[0]] = IDLE
+        self.free_slots.put(slot)
+
+    def _send(self, seq, ran):
+        data = self.dumps((seq, *self.ran_codec.flat(ran)))
+        with self.send_lock:
+            self.conn.send_bytes(data)
+
+    def _call_in_loop(self, fn, *args):
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.loop_thread = threading.Thread(
+                target=self._run_loop, name="executor-loop", daemon=True
+            )
+            self.loop_thread.start()
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    # --- the loop thread: coroutines ------------------------------------------------------
+
+    def _run_loop(self):
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._tick)
+        self.loop.run_forever()
+
+    def _tick(self):
+        now = time.monotonic()
+        held = now - self.last_tick - LOOP_TICK
+        blocker, self.blocker = self.blocker, None
+        if held > LOOP_BLOCK_THRESHOLD and blocker is not None:
+            seq, claimed = blocker
+            logger.warning(
+                "job %s (%s) held the event loop of its executor for %.1fs without awaiting: "
+                "the %d coroutine(s) beside it waited",
+                claimed.id,
+                for_log(claimed.task_path),
+                held,
+                max(0, len(self.controls) - 1),
+            )
+        self.last_tick = now
+        self.loop.call_later(LOOP_TICK, self._tick)
+
+    def watch_loop(self):
+        """Called by the watchdog thread: note which coroutine holds the loop too long (the
+        one whose frames are on the loop thread's stack)."""
+        if self.loop_thread is None or self.blocker is not None:
+            return
+        if time.monotonic() - self.last_tick - LOOP_TICK <= LOOP_BLOCK_THRESHOLD:
+            return
+        frame = sys._current_frames().get(self.loop_thread.ident)
+        while frame is not None:
+            if frame.f_code is ExecutorLoop._attempt.__code__:
+                seq = frame.f_locals.get("seq")
+                claimed = self.running.get(seq)
+                if claimed is not None:
+                    self.blocker = (seq, claimed)
+                return
+            frame = frame.f_back
+
+    def _spawn(self, seq, claimed, slot):
+        control = self.controls[seq] = Control()
+        control.task = self.loop.create_task(self._attempt(seq, claimed, slot, control))
+        if claimed.timeout:
+            control.timer = self.loop.call_later(claimed.timeout, control.stop, "timeout")
+
+    def _cancel(self, seq):
+        control = self.controls.get(seq)
+        if control is not None:
+            control.stop("cancelled")
+
+    async def _attempt(self, seq, claimed, slot, control):
+        ran = None
+        try:
+            try:
+                ran = await run_coroutine(claimed, self.worker_id, control)
+            except BaseException as exc:  # never expected: the job is answered all the same
+                ran = _broken(claimed, exc)
+            self._answer(seq, slot, ran)
+        finally:
+            if control.timer is not None:
+                control.timer.cancel()
+            del self.controls[seq]
+            if not self.controls:
+                await _release_connections()
+            elif ran is None or ran.kind != "ok":
+                # A failure may have broken the connection the coroutines share (in Django's
+                # sync thread): drop it there if so, so the next job gets a working one.
+                await _sync(self.tidy)
+            with self.active_lock:
+                self.active -= 1
+                if not self.active:
+                    self.all_done.set()
+
+
+class Control:
+    """How a coroutine job may be stopped: its task, its timeout's timer, and why it was
+    stopped. Only the task's own code is ever cancelled, never the steps around it that
+    record its outcome (`inside`)."""
+
+    __slots__ = ("task", "timer", "reason", "inside")
+
+    def __init__(self):
+        self.task = self.timer = self.reason = None
+        self.inside = False
+
+    def stop(self, reason):
+        if self.inside and self.reason is None:
+            self.reason = reason
+            self.task.cancel()
+
+
+def _broken(claimed, exc):
+    from .runner import _failed
+    from .states import DeadLetterReason
+
+    return _failed(claimed, exc, "error", None, stop_reason=DeadLetterReason.UNRECOVERABLE)
+
+
+def _released(claimed):
+    from .outcome import Ran
+
+    return Ran(claimed.id, "released")
+
+
+async def run_coroutine(claimed, worker_id, control):
+    """`runner.run_attempt` for an `async def` task: the coroutine is awaited here, and a
+    cancel of it by its timeout or an operator fails the attempt as JobTimeout or
+    JobCancelled. Steps that may use the database run in Django's sync thread."""
+    from asgiref.sync import sync_to_async
+
+    from .compat import reaches_anyone, task_started
+    from .outcome import Ran
+    from .runner import prepare
+
+    attempt = prepare(claimed, worker_id=worker_id)
+    if isinstance(attempt, Ran):
+        return attempt
+    try:
+        if reaches_anyone(task_started, attempt.sender, logging.INFO):
+            call_args = await sync_to_async(attempt.begin)()
+        else:
+            call_args = attempt.begin()
+        try:
+            control.inside = True
+            try:
+                value = await attempt.task.func(*call_args, **attempt.kwargs)
+            finally:
+                control.inside = False
+                if control.reason is not None:
+                    asyncio.current_task().uncancel()  # the cancel was ours, and is spent
+            if control.reason == "timeout":
+                raise _stopped(claimed, "timeout")  # it returned anyway, past its timeout
+        except asyncio.CancelledError as exc:
+            # Ours (its timeout, an operator's cancel), or one the task's own code raised.
+            error = exc
+            if control.reason is not None:
+                error = _stopped(claimed, control.reason)
+                error.__cause__ = exc
+            ran = await sync_to_async(attempt.failed)(error)
+        except BaseException as exc:
+            ran = await sync_to_async(attempt.failed)(exc)
+        else:
+            ran = attempt.ended(value)
+        if attempt.report is not None:  # its writes use the database: not on the loop
+            await sync_to_async(attempt.close)()
+        if attempt.announces(ran):
+            await sync_to_async(attempt.announce)(ran)
+        return ran
+    except BaseException as exc:
+        return attempt.broke(exc)
+
+
+def _stopped(claimed, reason) -> Exception:
+    if reason == "timeout":
+        return JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+    return JobCancelled("cancelled by an operator")
+
+
+async def _release_connections():
+    """Close the database connections the coroutines used (in Django's sync thread) once
+    none runs: an idle executor holds none, and a broken one never reaches the next job."""
+    from django.db import connections
+
+    await _sync(connections.close_all)
+
+
+async def _sync(fn):
+    """Run `fn` in Django's sync thread, where the async ORM runs its queries."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(fn)()
