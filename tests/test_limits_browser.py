@@ -31,7 +31,7 @@ def test_operator_sees_what_holds_a_job_and_raises_the_limit(open_console, scree
     )
     page.screenshot(path=screenshots / "job-held-by-limit.png", full_page=True)
 
-    page.get_by_role("link", name="Limits").click()
+    page.goto(f"{base_of(page)}/limits/")
     row = page.locator('tr[data-limit="key:tenant-*"]')
     expect(row.locator(".limit-concurrency")).to_have_text("2 / 2 per key")
     expect(row.locator(".limit-waiting")).to_have_text("1")
