@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, schedule_api, workflow_api
+from . import api, limit_api, schedule_api, workflow_api
 
 app_name = "api"
 urlpatterns = [
@@ -22,6 +22,8 @@ urlpatterns = [
     path("schedules/<str:name>/pause", schedule_api.pause, name="schedule-pause"),
     path("schedules/<str:name>/resume", schedule_api.resume, name="schedule-resume"),
     path("schedules/<str:name>/trigger", schedule_api.trigger, name="schedule-trigger"),
+    path("limits", limit_api.limit_list, name="limit-list"),
+    re_path(r"^limits/(?P<name>[\s\S]+)$", limit_api.limit_detail, name="limit-detail"),
     path("workflows", workflow_api.workflow_list, name="workflow-list"),
     path("workflows/<str:workflow_id>", workflow_api.workflow_detail, name="workflow-detail"),
     path("workflows/<str:workflow_id>/cancel", workflow_api.cancel, name="workflow-cancel"),

@@ -141,3 +141,23 @@ class EditRerunForm(forms.Form):
 
     def clean_kwargs(self):
         return self._json("kwargs", dict, 'object, like {"key": "value"}')
+
+
+class LimitForm(forms.Form):
+    """Set a limit for every worker: blank fields mean no limit of that kind."""
+
+    name = forms.CharField(max_length=255, help_text="queue:NAME, task:DOTTED.PATH or key:GLOB")
+    concurrency = forms.IntegerField(required=False, min_value=1, label="Concurrency")
+    rate_count = forms.IntegerField(required=False, min_value=1, label="Starts")
+    rate_seconds = forms.FloatField(required=False, min_value=0.001, label="per seconds")
+
+    def clean(self):
+        data = super().clean()
+        count, seconds = data.get("rate_count"), data.get("rate_seconds")
+        if (count is None) != (seconds is None):
+            raise forms.ValidationError("a rate needs both its number of starts and its seconds")
+        return data
+
+    def rate(self):
+        count, seconds = self.cleaned_data["rate_count"], self.cleaned_data["rate_seconds"]
+        return None if count is None else [count, seconds]

@@ -18,6 +18,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from jobs import db, queues
+from jobs.limit_usage import usage
 from jobs.models import CounterDelta, Schedule
 from jobs.state_counts import job_counts
 from jobs.states import JobState
@@ -33,6 +34,7 @@ COUNTERS = {
     "jobs_dead_lettered": "Jobs that became dead letters.",
     "jobs_recovered": "Jobs rescued from workers that stopped renewing their lease.",
     "jobs_cancelled": "Jobs cancelled.",
+    "jobs_snoozed": "Attempts given back by Snooze (the job runs again later).",
 }
 STATES = [state.value for state in JobState]
 # Due jobs are counted through the claim index up to this many per queue (an autoscaler needs
@@ -80,6 +82,22 @@ class JobsCollector(Collector):
         yield jobs
         yield from due_gauges()
         yield from schedule_counters()
+        yield from limit_gauges()
+
+
+def limit_gauges():
+    """Per limit in force: its jobs running, and the due jobs it holds back."""
+    running = GaugeMetricFamily(
+        "jobsite_limit_running", "Jobs running under a limit (all its keys).", labels=["limit"]
+    )
+    waiting = GaugeMetricFamily(
+        "jobsite_limit_waiting", "Due jobs a limit holds back now.", labels=["limit"]
+    )
+    for row in usage():
+        running.add_metric([row.spec.name], row.running)
+        waiting.add_metric([row.spec.name], row.waiting)
+    yield running
+    yield waiting
 
 
 def due_gauges():

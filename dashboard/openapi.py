@@ -81,6 +81,14 @@ JOB = {
         "scheduled_at": _nullable(
             {**TIME, "description": "Its schedule's fire time; null for a run now."}
         ),
+        "limit_key": _nullable(
+            {"type": "string", "description": "The key its `key:` limit budgets it under."}
+        ),
+        "snoozes": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Attempts given back by Snooze (not counted in `attempt`).",
+        },
         "workflow_id": _nullable({**UUID, "description": "The workflow or batch it is a node of."}),
         "node_name": {"type": "string", "description": "Extension: its name in its workflow."},
         "waiting_for": {

@@ -201,6 +201,8 @@ class QueueStatus:
     name: str
     paused: bool
     paused_at: datetime | None
+    # Who paused it: an operator's username, "circuit breaker", or "".
+    paused_by: str = ""
     counts: dict[str, Tally]
     oldest_due_at: datetime | None
     oldest_due_age: timedelta | None
@@ -228,6 +230,7 @@ def queue_statuses(now: datetime) -> list[QueueStatus]:
                 name=name,
                 paused=name in paused,
                 paused_at=paused[name].paused_at if name in paused else None,
+                paused_by=paused[name].paused_by if name in paused else "",
                 counts={state: Tally(value=held.get(state, 0)) for state in JobState},
                 oldest_due_at=due,
                 oldest_due_age=_age(now, due),

@@ -6,7 +6,7 @@ project mounts them at the root.
 
 from django.urls import include, path, re_path
 
-from . import schedule_views, views, workflow_views
+from . import limit_views, schedule_views, views, workflow_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -29,6 +29,9 @@ urlpatterns = [
     path("schedules/<str:name>/pause/", schedule_views.pause, name="schedule_pause"),
     path("schedules/<str:name>/resume/", schedule_views.resume, name="schedule_resume"),
     path("schedules/<str:name>/trigger/", schedule_views.trigger, name="schedule_trigger"),
+    path("limits/", limit_views.limit_list, name="limits"),
+    path("limits/set/", limit_views.set_limit, name="limit_set"),
+    path("limits/clear/", limit_views.clear_limit, name="limit_clear"),
     path("workflows/", workflow_views.workflow_list, name="workflows"),
     path("workflows/<uuid:workflow_id>/", workflow_views.workflow_detail, name="workflow"),
     path(

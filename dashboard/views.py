@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import actions, attempt_log, bulk, queues
+from jobs import actions, attempt_log, bulk, limit_usage, queues
 from jobs.models import Job
 from jobs.states import JobState
 
@@ -92,6 +92,7 @@ def _job_page(request, job, *, edit_form=None, status=200):
     context = {
         "job": job,
         "due_later": actions.due_later(job),
+        "held_by": limit_usage.holding(job),
         "attempts": queries.job_attempts(job),
         "logs": attempt_log.read_all(job.id),
         "lineage": queries.job_lineage(job),

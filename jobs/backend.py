@@ -27,6 +27,21 @@ from .timing import Timing
 
 DEFAULT_ASYNC_CONCURRENCY = 10
 
+
+def check_limit_key(key, error=ValueError) -> str:
+    if not isinstance(key, str) or not 0 < len(key) <= 255 or "\x00" in key:
+        raise error(f"limit_key must be a string of 1-255 characters without NUL, not {key!r}")
+    return key
+
+
+def limit_key_for(task, args, kwargs) -> str | None:
+    """The job's limit key: given per call or per task, or computed by the task's callable."""
+    key = getattr(task, "limit_key", None)
+    if callable(key):
+        key = key(args, kwargs)
+    return None if key is None else check_limit_key(key)
+
+
 STATUS_OF_STATE = {
     JobState.PENDING: TaskResultStatus.READY,
     JobState.SCHEDULED: TaskResultStatus.READY,
@@ -105,6 +120,8 @@ class JobsBackend(BaseTaskBackend):
             check_queue_name(task.queue_name)
         except ValueError as e:
             raise InvalidTask(f"queue_name {e}") from None
+        if task.limit_key is not None and not callable(task.limit_key):
+            check_limit_key(task.limit_key, InvalidTask)
 
     def backoff_for(self, task):
         return getattr(task, "backoff", None) or self.default_backoff
@@ -134,6 +151,7 @@ class JobsBackend(BaseTaskBackend):
             "not_after": getattr(task, "not_after", None),
             "dedup_key": getattr(task, "dedup_key", None),
             "backoff": getattr(task, "call_backoff", None),
+            "limit_key": limit_key_for(task, args, kwargs),
         }
 
     def enqueue(self, task, args, kwargs):
@@ -168,6 +186,18 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
+        if callable(getattr(task, "limit_key", None)):
+            # One batch per key the calls compute, all in one transaction.
+            by_key: dict = {}
+            for args, kwargs in calls:
+                key = limit_key_for(task, list(args), dict(kwargs))
+                by_key.setdefault(key, []).append((args, kwargs))
+            with transaction.atomic():
+                return [
+                    job_id
+                    for key, group in by_key.items()
+                    for job_id in self.enqueue_many(task.using(limit_key=key), group)
+                ]
         template = self._row(task, (), {})
         batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
         with tracing.enqueue_span(template, count=len(batch)):

@@ -1,6 +1,22 @@
 """Exceptions task authors raise and callers catch."""
 
 
+class Snooze(Exception):
+    """Raise from a task to run it again `seconds` from now; the attempt is given back.
+
+    The attempt is recorded with outcome `snoozed` and does not count toward max_attempts;
+    OPTIONS["MAX_SNOOZES"] (default 100) bounds how often a job may snooze.
+    """
+
+    def __init__(self, seconds: float = 0):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError(f"Snooze takes seconds >= 0, not {seconds!r}")
+        if seconds != seconds or seconds == float("inf"):
+            raise ValueError("Snooze takes a finite number of seconds")
+        self.seconds = float(seconds)
+        super().__init__(f"snoozed for {self.seconds:g}s")
+
+
 class Unrecoverable(Exception):
     """Raise from a task to dead-letter its job at once, skipping the remaining attempts."""
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import db, moments
+from . import db, limits, moments
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 # Every this many heartbeats, the slower chores: compacting counters, forgetting lost nodes.
 SLOW_CHORES_EVERY = 30
+# Every this many heartbeats, rate-limit starts past every window are forgotten.
+PRUNE_STARTS_EVERY = 6
 
 
 def run_due(worker_id: str, *, round: int) -> None:
@@ -32,6 +34,8 @@ def run_due(worker_id: str, *, round: int) -> None:
     if round == 1:
         # Rows written before times were checked at enqueue; none can be written since.
         moments.repair_stored()
+    if round % PRUNE_STARTS_EVERY == 1:
+        limits.prune_starts()
     if round % SLOW_CHORES_EVERY == 1:
         db.compact_counters()
         forget_lost_nodes()

@@ -92,7 +92,7 @@ class Job(models.Model):
     error_message = models.TextField(blank=True, default="")
     error_traceback = models.TextField(blank=True, default="")
     dead_letter_reason = models.CharField(
-        max_length=16, choices=DeadLetterReason.choices, blank=True, default=""
+        max_length=32, choices=DeadLetterReason.choices, blank=True, default=""
     )
     return_value = models.JSONField(null=True, blank=True)
     # Fencing: who holds the current attempt, and until when (database clock).
@@ -103,6 +103,11 @@ class Job(models.Model):
     # Set on jobs a schedule made: its name, and the fire time (null for a "run now").
     schedule = models.CharField(max_length=100, null=True, blank=True)
     scheduled_at = models.DateTimeField(null=True, blank=True)
+    # The budget of the first `key:` limit whose glob matches it is this job's (jobs.limits).
+    limit_key = models.CharField(max_length=255, null=True, blank=True)
+    # Attempts given back by Snooze: they do not count toward max_attempts, and an attempt
+    # row's number is attempt + snoozes (every run keeps its own row).
+    snoozes = models.PositiveIntegerField(default=0, db_default=0)
     # The last progress a running attempt reported (jobs.reports): {"done", "total", "message",
     # "updated_at", "attempt"}; null until one is reported.
     progress = models.JSONField(null=True, blank=True)
@@ -173,6 +178,13 @@ class Job(models.Model):
                 fields=["-priority", "run_after"],
                 condition=Q(state__in=list(CLAIMABLE)),
                 name="job_claimable",
+            ),
+            # Flow control's turns between limit keys: each key's due jobs in claim order
+            # (jobs.db.limited). Jobs without a limit key are not in it.
+            models.Index(
+                fields=["limit_key", "-priority", "run_after"],
+                condition=Q(state__in=list(CLAIMABLE), limit_key__isnull=False),
+                name="job_claimable_key",
             ),
             # Recovery: running jobs by lease expiry.
             models.Index(
@@ -474,6 +486,39 @@ class JobCountDelta(models.Model):
 
     def __str__(self):
         return f"{self.queue_name}/{self.state} {self.n:+}"
+
+
+class LimitOverride(models.Model):
+    """A limit set at runtime (`jobs.limits.set_limit`): it replaces the concurrency and the
+    rate the LIMITS option gives the same name, for every worker, until it is cleared."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    rate_count = models.PositiveIntegerField(null=True, blank=True)
+    rate_seconds = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return f"{self.name} (override)"
+
+
+class LimitStart(models.Model):
+    """One attempt started under a rate limit: its bucket (the limit's name, and the key for
+    a `key:` limit) and when. Rows older than every window are pruned by maintenance."""
+
+    id = models.BigAutoField(primary_key=True)
+    bucket = models.CharField(max_length=600)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["bucket", "started_at"], name="limit_start_bucket")]
+
+    def __str__(self):
+        return f"{self.bucket} at {self.started_at}"
 
 
 class Workflow(models.Model):

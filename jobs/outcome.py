@@ -45,6 +45,20 @@ def now():
     return datetime.now(UTC)
 
 
+DEFAULT_MAX_SNOOZES = 100
+
+
+def max_snoozes(backend_alias: str) -> int:
+    """OPTIONS["MAX_SNOOZES"] of the job's backend: how often a job may snooze."""
+    from .compat import task_backends
+
+    try:
+        options = task_backends[backend_alias].options
+    except Exception:  # a backend no longer configured: the default bound
+        return DEFAULT_MAX_SNOOZES
+    return int(options.get("MAX_SNOOZES", DEFAULT_MAX_SNOOZES))
+
+
 # --- planning the next attempt -------------------------------------------------------------
 
 
@@ -84,7 +98,7 @@ def _earlier_errors(claimed: Claimed):
     from .models import Attempt
 
     return list(
-        Attempt.objects.filter(job_id=claimed.id, number__lt=claimed.attempt)
+        Attempt.objects.filter(job_id=claimed.id, number__lt=claimed.attempt + claimed.snoozes)
         .exclude(error_type="")
         .order_by("number")
         .values_list("error_type", "error_message", "error_traceback")
@@ -208,6 +222,12 @@ class Outcome:
         return cls._ran(claimed, ran, worker_id, JobState.DEAD_LETTER, **ended)
 
     @classmethod
+    def snoozed(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
+        """Due again after the task's delay; the attempt is given back (counted as a snooze)."""
+        again = {"outcome": AttemptOutcome.SNOOZED, "delay": ran.delay or 0, "snoozed": True}
+        return cls._ran(claimed, ran, worker_id, JobState.PENDING, **again)
+
+    @classmethod
     def cancelled(cls, claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
         ended = {"outcome": AttemptOutcome.CANCELLED}
         return cls._ran(claimed, ran, worker_id, JobState.CANCELLED, **ended)
@@ -235,6 +255,16 @@ def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
         return Outcome.dead_letter(
             claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
         )
+    if ran.kind == AttemptOutcome.SNOOZED:
+        if claimed.snoozes >= max_snoozes(claimed.backend):
+            return Outcome.dead_letter(
+                claimed,
+                ran,
+                worker_id,
+                outcome=AttemptOutcome.SNOOZED,
+                reason=DeadLetterReason.SNOOZED_TOO_OFTEN,
+            )
+        return Outcome.snoozed(claimed, ran, worker_id)
     outcome = (
         ran.kind
         if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED)

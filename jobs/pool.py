@@ -693,7 +693,8 @@ class Dispatcher:
                 target = self._coroutine_target()
                 async_full = target is None
             elif not coroutine and not sync_full:
-                estimate = self.short_estimate(claimed.task_path)
+                # A job under a rate limit must begin at once (jobs.limits): never queued behind.
+                estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
                 target = self._target(estimate)
                 sync_full = target is None
             if target is None:

@@ -8,11 +8,12 @@ attempt planned here, where the exception still exists.
 import inspect
 import json
 import logging
+import time
 
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, ResultTooLarge, Unrecoverable
+from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable
 from .errortext import describe
 from .outcome import Ran, now, plan_retry, task_result_for
 from .reports import AttemptReport
@@ -90,6 +91,9 @@ def prepare(claimed: Claimed, *, worker_id: str):
             signature.bind(*args, **kwargs)
     except BaseException as exc:
         return _failed(claimed, exc, "poison", started)
+    if claimed.start_by and time.monotonic() > claimed.start_by:
+        # Too late for the rate window its claim counted it in (jobs.limits): not begun.
+        return Ran(claimed.id, "released")
     return Attempt(claimed, task, args, kwargs, started, worker_id)
 
 
@@ -172,6 +176,14 @@ class Attempt:
         # from the task itself: they fail this attempt like any other exception.
         claimed, task = self.claimed, self.task
         finished = now()
+        if isinstance(exc, Snooze):
+            return Ran(
+                claimed.id,
+                "snoozed",
+                delay=exc.seconds,
+                started_at=self.started,
+                finished_at=finished,
+            )
         error_type, message, text = describe(exc)
         stop, delay = "", None
         if isinstance(exc, Unrecoverable):

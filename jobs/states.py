@@ -36,6 +36,8 @@ class DeadLetterReason(models.TextChoices):
     BACKOFF_FAILED = "backoff_failed", "Backoff failed"
     # Extension: its executor died (segfault, os._exit, OOM kill) and on_crash="dead_letter".
     CRASHED = "crashed", "Crashed"
+    # The task raised Snooze more often than OPTIONS["MAX_SNOOZES"] allows.
+    SNOOZED_TOO_OFTEN = "snoozed_too_often", "Snoozed too often"
 
 
 class AttemptOutcome(models.TextChoices):
@@ -51,6 +53,8 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     # The job could not run at all (unknown task, bad arguments).
     POISON = "poison", "Poison"
+    # The task raised Snooze: it runs again later, and this attempt is given back.
+    SNOOZED = "snoozed", "Snoozed"
 
 
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.CANCELLED, JobState.DEAD_LETTER})

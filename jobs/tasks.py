@@ -35,6 +35,9 @@ class JobTask(Task):
     after: Any = None
     # "retry" (through the backoff, like any failure) or "dead_letter" (reason "crashed").
     on_crash: str = "retry"
+    # The limit key of its jobs (jobs.limits): a string, or a callable (args, kwargs) -> str
+    # called at enqueue.
+    limit_key: Any = None
     # A backoff given to .using(), as stored on the job row (it must outlive this process).
     call_backoff: dict | None = field(default=None, repr=False)
 
@@ -52,6 +55,7 @@ class JobTask(Task):
         dedup_key=_UNSET,
         after=_UNSET,
         on_crash=_UNSET,
+        limit_key=_UNSET,
     ):
         task = Task.using(
             self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend
@@ -66,6 +70,7 @@ class JobTask(Task):
                 ("dedup_key", dedup_key),
                 ("after", after),
                 ("on_crash", on_crash),
+                ("limit_key", limit_key),
             ]
             if value is not _UNSET
         }

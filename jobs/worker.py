@@ -28,15 +28,16 @@ from django.db import (
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from . import db, logformat, maintenance, observers, schedules, startup_signals
+from . import breaker, db, logformat, maintenance, observers, schedules, startup_signals
 from . import outcome as oc
 from .compat import task_backends
 from .db import pooler
 from .errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from .errortext import for_log
-from .models import Job, WorkerNode
+from .limits import LimitsCache
+from .models import Job, PausedQueue, WorkerNode
 from .pool import PREFETCH_BUDGET, Dispatcher, Executor, StopFlag, StoppedBeforeStart
-from .states import AttemptOutcome, JobState
+from .states import FAILED_ATTEMPT, AttemptOutcome, JobState
 from .timing import DEFAULTS as DEFAULT_TIMING
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,8 @@ class Worker:
         self.backend = task_backends[backend_alias]
         self.worker_id = config.worker_id or default_worker_id()
         self.held: dict[uuid.UUID, Held] = {}
+        # The flow-control limits in force, re-read every few seconds.
+        self.limits = LimitsCache(backend_alias)
         self.finishes: list = []  # db.Finish waiting to be written
         self.claimed_total = 0
         self.processed_total = 0
@@ -241,7 +244,7 @@ class Worker:
             claimed = self._sync()
             self._dispatch()
             if not self.held and not self.finishes and not claimed:
-                if self.config.burst:
+                if self.config.burst and not self._with_db(self._limits_hold_due_jobs):
                     logger.info("no job is due and none is running: burst done")
                     self.stopping = True
                     self.stop_requested_at = now
@@ -267,6 +270,15 @@ class Worker:
             )
             return None
         return Listener()
+
+    def _limits_hold_due_jobs(self) -> bool:
+        """Are due jobs held back by a limit (a burst worker waits for them)?"""
+        if not self.limits.current().limits_claims:
+            return False
+        due = Job.objects.ready().exclude(queue_name__in=PausedQueue.objects.values("name"))
+        if self.config.queues:
+            due = due.filter(queue_name__in=self.config.queues)
+        return due.exists()
 
     def _session_limits(self, sender, connection, **kwargs):
         db.configure_worker_session(
@@ -390,6 +402,9 @@ class Worker:
             queues=self.config.queues or None,
             limit=limit,
             lease_seconds=self.config.lease_seconds,
+            limits=self.limits,
+            can_begin=sum(1 for e in self.executors if e.idle and not e.broken)
+            - len(self.dispatcher.ready),
         )
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later
@@ -399,6 +414,8 @@ class Worker:
         lease_until = sent + self.config.lease_seconds - self.lease_margin
         for c in claimed:
             c.lease_until = lease_until
+            if c.rate_slack:
+                c.start_by = sent + c.rate_slack
             self.held[c.id] = Held(c)
             self.dispatcher.add(c)
         self.claimed_total += len(claimed)
@@ -642,6 +659,7 @@ class Worker:
     def _settle(self, pending, applied):
         applied_ids = {f.job_id for f in applied}
         settled = []
+        failed_queues = set()
         for f in pending:
             held = self.held.pop(f.job_id, None)
             if f.job_id not in applied_ids:
@@ -655,7 +673,17 @@ class Worker:
             self._log_finish(f, claimed)
             oc.announce(f, claimed)
             settled.append((f, claimed))
+            if claimed is not None and f.outcome in FAILED_ATTEMPT:
+                failed_queues.add(claimed.queue_name)
         observers.attempts_settled(settled, self.backend)
+        if failed_queues:
+            self._trip_breakers(failed_queues)
+
+    def _trip_breakers(self, failed_queues):
+        try:
+            breaker.trip(failed_queues, self.limits.current())
+        except DB_ERRORS as e:  # checked again on the next failures
+            logger.warning("circuit breaker check failed: %s", for_log(str(e)))
 
     def _log_finish(self, f, claimed):
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)
@@ -704,6 +732,8 @@ class Worker:
             )
         elif f.state == JobState.CANCELLED:
             logger.warning("job %s (%s) cancelled while running", f.job_id, path, extra=extra)
+        elif f.state == JobState.PENDING and f.snoozed:
+            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay, extra=extra)
         elif f.state == JobState.PENDING:
             logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path, extra=extra)
 

@@ -162,6 +162,14 @@ def demo_schedules():
     }
 
 
+def limits_from_environment():
+    """Flow-control limits; JOBSITE_LIMITS (JSON) sets them (none by default)."""
+    try:
+        return json.loads(os.environ.get("JOBSITE_LIMITS", "{}"))
+    except ValueError as e:
+        raise ImproperlyConfigured(f"JOBSITE_LIMITS is not valid JSON: {e}") from None
+
+
 TASKS = {
     "default": {
         "BACKEND": "jobs.backend.JobsBackend",
@@ -181,6 +189,8 @@ TASKS = {
             "CANCEL_GRACE_SECONDS": float(os.environ.get("JOBSITE_CANCEL_GRACE_SECONDS", 10)),
             "SCHEDULES": demo_schedules(),
             "SCHEDULE_GRACE_SECONDS": float(os.environ.get("JOBSITE_SCHEDULE_GRACE_SECONDS", 10)),
+            "LIMITS": limits_from_environment(),
+            "MAX_SNOOZES": int(os.environ.get("JOBSITE_MAX_SNOOZES", 100)),
             # A direct connection for the worker's wake-ups when DATABASE_URL names a pooler.
             "LISTEN_DATABASE_URL": os.environ.get("JOBSITE_LISTEN_DATABASE_URL") or None,
         },

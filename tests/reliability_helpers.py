@@ -145,7 +145,7 @@ def assert_attempt_history_consistent(job_ids):
     for job in Job.objects.filter(id__in=list(job_ids)):
         numbers = [a.number for a in attempts_of(job.id)]
         assert numbers == list(range(1, len(numbers) + 1)), (job.id, numbers)
-        assert len(numbers) == job.attempt, (job.id, job.state, job.attempt, numbers)
+        assert len(numbers) == job.attempt + job.snoozes, (job.id, job.state, job.attempt, numbers)
 
 
 def assert_nothing_running():

@@ -272,6 +272,18 @@ def fails_with_broken_backoff(key):
     raise ValueError(key)
 
 
+@task(backoff=NO_WAIT, max_attempts=3, takes_context=True)
+def snoozes_then_fails(context, key, times):
+    """Snoozes (for no time) until its job has snoozed `times` times, then fails each attempt."""
+    from jobs.errors import Snooze
+    from jobs.models import Job
+
+    _ledger(key)
+    if Job.objects.get(id=context.job_id).snoozes < times:
+        raise Snooze(0)
+    raise ValueError(f"{key} failed on attempt {context.attempt}")
+
+
 @task(backoff=NO_WAIT)
 def returns_text(size):
     return "r" * size

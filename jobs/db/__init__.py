@@ -85,7 +85,8 @@ def notify_workers() -> None:
 
 
 def claim(**claim_args) -> list[Claimed]:
-    return engine().claim(**claim_args)
+    """Claim due jobs; with `limits` (a jobs.limits.LimitsCache), under flow control."""
+    return engine().claim_within(**claim_args)
 
 
 def claim_one(job_id, **claim_args) -> Claimed | None:

@@ -22,6 +22,7 @@ LATER = frozenset(
         "cancel_requested_at",
         "schedule",
         "scheduled_at",
+        "snoozes",
     }
 )
 # Set at enqueue only for a job enqueued already finished (a continuation of a failed parent).

@@ -61,11 +61,12 @@ FINISH_COUNTERS = (
     ("jobs_dead_lettered", "state", (JobState.DEAD_LETTER,)),
     ("jobs_recovered", "outcome", (AttemptOutcome.LOST,)),
     ("jobs_cancelled", "state", (JobState.CANCELLED,)),
+    ("jobs_snoozed", "outcome", (AttemptOutcome.SNOOZED,)),
 )
 
 CLAIMED_COLUMNS = (
     "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
-    "backend, started_at, enqueued_at, {backoff}"
+    "backend, started_at, enqueued_at, {backoff}, snoozes"
 )
 
 
@@ -239,6 +240,7 @@ class Engine:
             started_at=parse_time(r[10]),
             enqueued_at=parse_time(r[11]),
             backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
+            snoozes=r[13],
         )
 
     def claimed_batch(self, rows, lease_id) -> list[Claimed]:
@@ -251,6 +253,40 @@ class Engine:
         """Claim up to `limit` due jobs in priority order (then due time), under one fresh
         lease_id; `queues` None means every queue."""
         raise NotImplementedError
+
+    def claim_within(self, *, limits=None, can_begin=None, **claim_args):
+        """`claim`, or the claim under flow control (db.limited) while a limit is in force.
+
+        `limits` is a jobs.limits.LimitsCache (a worker's); None claims without limits.
+        `can_begin`: how many claimed jobs could begin at once (idle executors); jobs under a
+        rate limit are taken only up to it, as they must begin at once.
+        """
+        in_force = limits.current() if limits is not None else None
+        if in_force is None or not in_force.limits_claims:
+            return self.claim(**claim_args)
+        from .limited import claim_limited
+
+        return claim_limited(self, limits=in_force, can_begin=can_begin, **claim_args)
+
+    def local_settings(self, cursor) -> None:
+        """A worker's settings for the current transaction only (behind a pooler); none by
+        default."""
+
+    def key_source(self) -> str:
+        """The table flow control's turns read each limit key's due jobs from."""
+        return JOB
+
+    def in_list(self, column: str) -> str:
+        """`column` is one of the values of a list_value parameter."""
+        return f"{column} IN (SELECT value FROM json_each(%s))"
+
+    def list_value(self, values) -> object:
+        return json.dumps(list(values))
+
+    def lock_budgets(self, cursor, budget_ids: list[str], *, wait=False) -> set[str]:
+        """Hold flow-control budgets until the transaction ends; returns those held. Where
+        every write transaction holds the database's write lock, that is all of them."""
+        return set(budget_ids)
 
     @cached_property
     def claim_one_sql(self) -> str:
@@ -295,12 +331,14 @@ class Engine:
             finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
             return_value = CASE WHEN {state} = {sql_state(JobState.SUCCEEDED)}
                                 THEN v.return_value ELSE {JOB}.return_value END,
-            run_after = CASE WHEN {state} = {sql_state(JobState.RETRYING)}
+            run_after = CASE WHEN {state} = {sql_state(JobState.RETRYING)} OR v.snoozed = 1
                              THEN {self.after("v.delay")} ELSE {JOB}.run_after END,
             attempt = CASE WHEN v.new_state = {pending} THEN {JOB}.attempt - 1
                            ELSE {JOB}.attempt END,
-            started_at = CASE WHEN v.new_state = {pending} AND {JOB}.attempt = 1 THEN NULL
+            started_at = CASE WHEN v.new_state = {pending} AND {JOB}.attempt = 1
+                                   AND v.snoozed = 0 THEN NULL
                               ELSE {JOB}.started_at END,
+            snoozes = {JOB}.snoozes + v.snoozed,
             max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}
                                 THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
@@ -355,10 +393,10 @@ class Engine:
         wants_claim = claim_args.get("limit", 0) > 0
         if not results:
             # One statement commits by itself: no BEGIN/COMMIT round trips on the wake-up path.
-            return [], self.claim(**claim_args) if wants_claim else []
+            return [], self.claim_within(**claim_args) if wants_claim else []
         with transaction.atomic(savepoint=False):
             applied = self.finish(results)
-            claimed = self.claim(**claim_args) if wants_claim else []
+            claimed = self.claim_within(**claim_args) if wants_claim else []
         return applied, claimed
 
     # --- run after: continuations and workflow edges --------------------------------------

@@ -97,6 +97,7 @@ FINISH_FIELDS = (
     ("error_traceback", "text"),
     ("only_if_expired", "int"),
     ("raise_max", "int"),
+    ("snoozed", "int"),
     ("outcome", "text"),
     ("worker_id", "text"),
     ("started_at", "timestamptz"),
@@ -127,6 +128,36 @@ class PostgresEngine(Engine):
 
     def notify(self, cursor):
         cursor.execute(NOTIFY)
+
+    def in_list(self, column):
+        return f"{column} = ANY(%s)"
+
+    def list_value(self, values):
+        return list(values)
+
+    def lock_budgets(self, cursor, budget_ids, *, wait=False):
+        """Transaction-scoped advisory locks; nothing outlives the transaction (poolers in
+        transaction mode keep working). With `wait`, taken in key order, waiting for claims
+        holding them (a claim waits only while it holds nothing taken later than in key order,
+        so no two claims wait on each other); otherwise tried, and a budget another claim
+        holds right now is left to it."""
+        from .limited import LOCK_SPACE, lock_key
+
+        keys = {}
+        for i in budget_ids:
+            keys.setdefault(lock_key(i), []).append(i)
+        if wait:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(%s, k)) FROM "
+                "(SELECT k FROM unnest(%s::int[]) AS k ORDER BY k) AS ordered",
+                [LOCK_SPACE, sorted(keys)],
+            )
+            return set(budget_ids)
+        cursor.execute(
+            "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
+            [list(keys), LOCK_SPACE],
+        )
+        return {i for (k,) in cursor.fetchall() for i in keys[k]}
 
     def lock_downstream(self, cursor, upstreams, params):
         cursor.execute(
@@ -402,9 +433,10 @@ class PostgresEngine(Engine):
     ),
     upd AS (
         UPDATE {JOB} SET {self.set_outcome_sql(running="v.running")}
-        RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+        RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes AS number, {JOB}.started_at,
+                  {JOB}.state
     ),
-    done AS (SELECT v.*, upd.attempt AS number, upd.started_at AS claimed_at,
+    done AS (SELECT v.*, upd.number, upd.started_at AS claimed_at,
                     upd.state AS final_state,
                     CASE WHEN upd.state = {cancelled} AND v.new_state <> {cancelled}
                          THEN '{AttemptOutcome.CANCELLED}' ELSE v.outcome END AS attempt_outcome

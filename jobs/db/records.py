@@ -27,10 +27,17 @@ class Claimed:
     enqueued_at: datetime | None = None
     # A per-call backoff policy (jobs.retry.policy_to_json); None: the task's own.
     backoff: dict | None = None
+    # Attempts given back by Snooze (attempt rows are numbered attempt + snoozes).
+    snoozes: int = 0
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.
     lease_until: float = field(default=0.0, compare=False)
+    # Set by a claim under a rate limit: the task must begin within this many seconds of the
+    # claim (the rate window's slack), else it is handed back unstarted (jobs.runner).
+    rate_slack: float = field(default=0.0, compare=False)
+    # Set by the worker from rate_slack: the latest moment (monotonic clock) it may begin.
+    start_by: float = field(default=0.0, compare=False)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,6 +61,8 @@ class Finish:
     only_if_expired: bool = False
     # Set for an attempt handed back at shutdown when it was the last allowed one.
     raise_max_attempts: bool = False
+    # The task snoozed: its attempt is given back and counted in the job's snoozes.
+    snoozed: bool = False
 
     def values(self) -> tuple:
         """The outcome as both engines' finish statements take it (OUTCOME_COLUMNS)."""
@@ -69,6 +78,7 @@ class Finish:
             self.error_traceback,
             1 if self.only_if_expired else 0,
             1 if self.raise_max_attempts else 0,
+            1 if self.snoozed else 0,
         )
 
 
@@ -85,6 +95,7 @@ OUTCOME_COLUMNS = (
     "error_traceback",
     "only_if_expired",
     "raise_max",
+    "snoozed",
 )
 
 

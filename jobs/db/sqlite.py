@@ -155,6 +155,9 @@ class SQLiteEngine(Engine):
         index = "job_claimable_queue" if shape else "job_claimable"
         return f"{JOB} INDEXED BY {index}"
 
+    def key_source(self):
+        return f"{JOB} INDEXED BY job_claimable_key"
+
     def claim(self, *, worker_id, queues, limit, lease_seconds):
         """Claim up to `limit` due jobs in priority order, one fresh lease_id.
 
@@ -347,7 +350,7 @@ class SQLiteEngine(Engine):
             sql = self._finish_text[rows] = f"""
             WITH v ({", ".join(OUTCOME_COLUMNS)}) AS (VALUES {values})
             UPDATE {JOB} SET {self.set_outcome}
-            RETURNING {JOB}.id, {JOB}.attempt, {JOB}.started_at, {JOB}.state
+            RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes, {JOB}.started_at, {JOB}.state
         """
             return sql
 

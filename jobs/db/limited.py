@@ -1,0 +1,333 @@
+"""The claim under flow-control limits: a held job is never claimed, so it uses no attempt.
+
+Only claims made while some limit is in force come here (Engine.claim_within); the others
+keep their one statement. In one transaction, round after round until the batch is full or
+nothing due is left:
+
+1. read due jobs in claim order, leaving out every budget already found full;
+2. take the budgets those jobs draw on that this claim does not hold yet: on PostgreSQL a
+   transaction-scoped advisory lock each — the first round's in key order, waiting for a claim
+   that holds one (claims of a busy budget take turns, none comes back empty-handed); later
+   rounds only try (`pg_try_advisory_xact_lock`; a budget another claim holds is left alone
+   this time), so no two claims ever wait on each other; on SQLite the write lock every claim
+   already holds;
+3. count, for each new budget, its running jobs (the job table is the truth: a finish, a
+   release or a recovery frees a slot by changing the row, nothing else to keep in step) and its
+   starts within the rate window;
+4. take each job whose budgets all have room, in claim order, and claim them by id.
+
+Turns between limit keys: while a `key:` limit is in force, the first round also reads the
+first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
+KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
+priority are taken one per key in turn (the first job
+of every key, then the second of every key, ...), so a key's backlog never hides another key's
+jobs whether or not its limit is reached.
+
+Holding a budget's lock until commit makes the count and the claim one step: the next claim
+of that budget counts this claim's jobs. Budgets found full are excluded from the next round's
+read, so a held backlog never hides jobs under other budgets (no head-of-line blocking).
+"""
+
+import uuid
+import zlib
+from collections import defaultdict
+
+from django.db import connection, transaction
+
+from ..states import CLAIMABLE, JobState
+from .engine import JOB, PAUSED, parse_uuid, sql_in, sql_state
+
+STARTS = "jobs_limitstart"
+# Namespace of jobsite's advisory locks (the first key of the two-key form).
+LOCK_SPACE = 0x6A0B
+# Rounds one claim makes at most (each excludes the budgets the previous one found full).
+MAX_ROUNDS = 8
+# Turns between keys: how many keys one claim looks at, and how many due jobs of each.
+KEYS_PER_CLAIM = 200
+HEADS_PER_KEY = 4
+DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
+
+
+def lock_key(bucket_id: str) -> int:
+    """A budget's advisory lock key (int4); a collision only makes a claim skip it once."""
+    return zlib.crc32(bucket_id.encode()) - 2**31
+
+
+class Room:
+    """What the budgets this claim holds still allow."""
+
+    def __init__(self):
+        self.left: dict[str, float] = {}
+        self.full: set = set()
+
+    def fits(self, buckets) -> bool:
+        return all(self.left.get(b.id, 0) >= 1 for b in buckets)
+
+    def take(self, buckets) -> None:
+        for b in buckets:
+            self.left[b.id] -= 1
+            if self.left[b.id] < 1:
+                self.full.add(b)
+
+
+class LimitedClaim:
+    def __init__(self, engine, cursor, limits, queues):
+        self.engine = engine
+        self.cursor = cursor
+        self.limits = limits
+        self.queues = queues
+        self.room = Room()
+        self.held: set[str] = set()  # budget ids this claim has counted
+        # Jobs under a rate limit this claim may still take (they must begin at once).
+        self.can_begin = 0
+
+    # --- SQL pieces ------------------------------------------------------------------------
+
+    def due_tests(self, taken: list) -> tuple[str, list]:
+        """The tests of a due read beyond the claim index's own: the queues, and neither a full
+        budget nor a job this claim took already."""
+        tests, params = [], []
+        if len(self.queues) == 1:
+            tests.append("AND queue_name = %s")
+            params.append(self.queues[0])
+        elif self.queues:
+            tests.append(f"AND {self.engine.in_list('queue_name')}")
+            params.append(self.engine.list_value(self.queues))
+        full = {"queue": [], "task": [], "key": []}
+        for b in self.room.full:
+            full[b.spec.kind].append(b.value)
+        for kind, column in (("queue", "queue_name"), ("task", "task_path")):
+            if full[kind]:
+                tests.append(f"AND NOT {self.engine.in_list(column)}")
+                params.append(self.engine.list_value(sorted(full[kind])))
+        if full["key"]:
+            tests.append(f"AND (limit_key IS NULL OR NOT {self.engine.in_list('limit_key')})")
+            params.append(self.engine.list_value(sorted(full["key"])))
+        if taken:
+            tests.append(f"AND NOT {self.engine.in_list('id')}")
+            # Ids as the database returned them: already in its own form.
+            params.append(self.engine.list_value(taken))
+        return " ".join(tests), params
+
+    def candidates(self, want: int, taken: list) -> list:
+        """Due jobs in claim order outside full budgets: DUE_COLUMNS."""
+        tests, params = self.due_tests(taken)
+        shape = min(len(self.queues), 2)
+        self.cursor.execute(self.engine.due_jobs(DUE_COLUMNS, tests, shape), [*params, want])
+        return self.cursor.fetchall()
+
+    def key_heads(self, taken: list) -> list:
+        """The first due jobs of each limit key (DUE_COLUMNS), keys in key order."""
+        tests, params = self.due_tests(taken)
+        claimable = f"state IN ({sql_in(CLAIMABLE)}) AND limit_key IS NOT NULL"
+        due = f"""
+            SELECT {DUE_COLUMNS} FROM {self.engine.key_source()}
+            WHERE {claimable} AND limit_key = %s AND run_after <= {self.engine.now}
+              AND attempt < max_attempts AND (not_after IS NULL OR not_after > {self.engine.now})
+              {tests} AND queue_name NOT IN (SELECT name FROM {PAUSED})
+            ORDER BY priority DESC, run_after LIMIT %s
+        """
+        following = f"""
+            SELECT limit_key FROM {self.engine.key_source()}
+            WHERE {claimable} AND limit_key > %s ORDER BY limit_key LIMIT 1
+        """
+        # One statement: a recursive loose scan over the keys, each key's jobs beside it.
+        keys = f"""
+            WITH RECURSIVE keys(k) AS (
+                SELECT ({following.replace("%s", "''")})
+                UNION ALL
+                SELECT ({following.replace("%s", "keys.k")}) FROM keys WHERE k IS NOT NULL
+                {"" if self.engine.locks_rows else f"LIMIT {KEYS_PER_CLAIM + 1}"}
+            )
+        """
+        if self.engine.locks_rows:
+            sql = f"""{keys}
+                SELECT h.* FROM (SELECT k FROM keys WHERE k IS NOT NULL LIMIT {KEYS_PER_CLAIM}) ks
+                CROSS JOIN LATERAL ({due.replace("limit_key = %s", "limit_key = ks.k")}) AS h
+            """
+        else:  # no LATERAL: each key's jobs by a correlated IN
+            picked = due.replace("limit_key = %s", "limit_key = keys.k").replace(
+                f"SELECT {DUE_COLUMNS}", "SELECT id", 1
+            )
+            columns = ", ".join(f"j.{c.strip()}" for c in DUE_COLUMNS.split(","))
+            sql = f"{keys} SELECT {columns} FROM keys JOIN {JOB} j ON j.id IN ({picked})"
+        self.cursor.execute(sql, [*params, HEADS_PER_KEY])
+        return self.cursor.fetchall()
+
+    def count_running(self, buckets) -> dict[str, int]:
+        """Running jobs per budget, for budgets with a concurrency limit."""
+        wanted = {b.id for b in buckets if b.spec.concurrency is not None}
+        running = dict.fromkeys(wanted, 0)
+        if not wanted:
+            return running
+        by = {"queue": set(), "task": set(), "key": set()}
+        for b in buckets:
+            if b.id in wanted:
+                by[b.spec.kind].add(b.value)
+        tests, params = [], []
+        for kind, column in (("queue", "queue_name"), ("task", "task_path"), ("key", "limit_key")):
+            if by[kind]:
+                tests.append(self.engine.in_list(column))
+                params.append(self.engine.list_value(sorted(by[kind])))
+        self.cursor.execute(
+            f"SELECT queue_name, task_path, limit_key, count(*) FROM {JOB} "
+            f"WHERE state = {sql_state(JobState.RUNNING)} AND ({' OR '.join(tests)}) "
+            f"GROUP BY queue_name, task_path, limit_key",
+            params,
+        )
+        for queue, task, key, n in self.cursor.fetchall():
+            for b in self.limits.buckets(queue, task, key):
+                if b.id in running:
+                    running[b.id] += n
+        return running
+
+    def count_starts(self, buckets) -> dict[str, int]:
+        """Starts within each rate window, for budgets with a rate limit."""
+        from ..limits import rate_slack
+
+        by_window = defaultdict(list)
+        for b in buckets:
+            if b.spec.rate is not None:
+                by_window[b.spec.rate[1]].append(b.id)
+        starts = {}
+        for seconds, ids in by_window.items():
+            starts.update(dict.fromkeys(ids, 0))
+            self.cursor.execute(
+                f"SELECT bucket, count(*) FROM {STARTS} WHERE {self.engine.in_list('bucket')} "
+                f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
+                [self.engine.list_value(sorted(ids)), -(seconds + rate_slack(seconds))],
+            )
+            starts.update(dict(self.cursor.fetchall()))
+        return starts
+
+    # --- the rounds ------------------------------------------------------------------------
+
+    def open(self, buckets: dict, *, wait=False) -> None:
+        """Hold and count the budgets (by id) not held yet; those another claim holds count
+        as full."""
+        new = {i: b for i, b in buckets.items() if i not in self.held}
+        if not new:
+            return
+        got = self.engine.lock_budgets(self.cursor, sorted(new), wait=wait)
+        for bucket_id, b in new.items():
+            if bucket_id not in got:
+                self.room.left[bucket_id] = 0
+                self.room.full.add(b)
+        counted = [b for i, b in new.items() if i in got]
+        running = self.count_running(counted)
+        starts = self.count_starts(counted)
+        for b in counted:
+            left = float("inf")
+            if b.spec.concurrency is not None:
+                left = min(left, b.spec.concurrency - running[b.id])
+            if b.spec.rate is not None:
+                left = min(left, b.spec.rate[0] - starts[b.id])
+            self.room.left[b.id] = left
+            if left < 1:
+                self.room.full.add(b)
+        self.held.update(new)
+
+    def pick(self, limit: int) -> tuple[list, dict]:
+        """The ids to claim, in claim order, and the budgets each draws on."""
+        taken, drawn = [], {}
+        for round in range(MAX_ROUNDS):
+            want = limit - len(taken)
+            asked = want + want // 4 + 10
+            rows = self.candidates(asked, taken)
+            read_all = len(rows) < asked
+            if round == 0 and self.limits.turns_due():
+                rows = in_turns(rows, self.key_heads(taken))
+            budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
+            self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
+            full_before = len(self.room.full)
+            for row in rows:
+                bs = budgets[row[0]]
+                rated = any(b.spec.rate is not None for b in bs)
+                if rated and self.can_begin < 1:
+                    continue  # left for a claim with an executor free to begin it
+                if self.room.fits(bs):
+                    self.can_begin -= rated
+                    self.room.take(bs)
+                    taken.append(row[0])
+                    drawn[row[0]] = bs
+                    if len(taken) >= limit:
+                        return taken, drawn
+            if read_all or len(self.room.full) == full_before:
+                break  # nothing more is due, or the next read would return the same jobs
+        return taken, drawn
+
+    def record_starts(self, claimed_ids, drawn) -> None:
+        rated = [
+            b.id for job_id in claimed_ids for b in drawn.get(job_id, ()) if b.spec.rate is not None
+        ]
+        for start in range(0, len(rated), 500):
+            chunk = rated[start : start + 500]
+            self.cursor.execute(
+                f"INSERT INTO {STARTS} (bucket, started_at) VALUES "
+                + ", ".join([f"(%s, {self.engine.now})"] * len(chunk)),
+                chunk,
+            )
+
+
+def in_turns(rows: list, heads: list) -> list:
+    """Both reads' jobs once each, in claim order with one job per limit key in turn among
+    jobs of equal priority (jobs without a key keep their place)."""
+    by_id = {row[0]: row for row in rows}
+    for row in heads:
+        by_id.setdefault(row[0], row)
+    ordered = sorted(by_id.values(), key=lambda r: (-r[4], r[5]))
+    seen: dict = defaultdict(int)
+    turns = []
+    for row in ordered:
+        key = row[3]
+        turns.append((-row[4], seen[key] if key is not None else 0, row[5]))
+        if key is not None:
+            seen[key] += 1
+    return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
+
+
+def start_slack(buckets) -> float:
+    """How soon after its claim a job under rate limits must begin (0: no rate limit)."""
+    from ..limits import rate_slack
+
+    slacks = [rate_slack(b.spec.rate[1]) for b in buckets if b.spec.rate is not None]
+    return min(slacks, default=0.0)
+
+
+def claimed_by_id(engine) -> str:
+    """The test of a claim by id (one list_value parameter)."""
+    if engine.locks_rows:
+        # Rows another claim has locked are left to it (the turns' reads lock nothing).
+        return (
+            f"id IN (SELECT id FROM {JOB} WHERE {engine.in_list('id')} "
+            f"AND state IN ({sql_in(CLAIMABLE)}){engine.skip_locked(True)})"
+        )
+    # `+state` keeps SQLite's planner on the primary key (as sqlite.claim_ids_sql).
+    return f"{engine.in_list('id')} AND +state IN ({sql_in(CLAIMABLE)})"
+
+
+def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, can_begin=None):
+    """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
+    lease_id = uuid.uuid4()
+    queues = list(dict.fromkeys(queues)) if queues else []
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        engine.local_settings(cursor)
+        claim = LimitedClaim(engine, cursor, limits, queues)
+        claim.can_begin = limit if can_begin is None else can_begin
+        ids, drawn = claim.pick(limit)
+        if not ids:
+            return []
+        cursor.execute(
+            f"UPDATE {JOB} SET {engine.claim_sets()} "
+            f"WHERE {claimed_by_id(engine)} "
+            f"RETURNING {engine.claimed_columns()}",
+            [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)],
+        )
+        rows = cursor.fetchall()
+        # Ids come back as the candidate reads returned them (the database's own form).
+        claim.record_starts([r[0] for r in rows], drawn)
+    batch = engine.claimed_batch(rows, lease_id)
+    slack = {parse_uuid(r[0]): start_slack(drawn.get(r[0], ())) for r in rows}
+    for c in batch:
+        c.rate_slack = slack[c.id]
+    return batch

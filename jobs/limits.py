@@ -1,0 +1,280 @@
+"""Flow control: the limits in force, the budgets a job draws on, and their runtime controls.
+
+The limits in force are the LIMITS option (jobs.limit_spec) with the overrides operators set
+at runtime (`set_limit`, `clear_limit`; rows of LimitOverride, audited). A job draws on one
+budget (a `Bucket`) per limit it is subject to: its queue's, its task's, and that of the first
+`key:` entry whose glob matches its limit_key, one budget per distinct key. The claim
+(jobs.db.limited) decides with them what it may take; nothing here runs on the claim path of a
+database without limits.
+"""
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from django.db import transaction
+
+from .limit_spec import LimitError, LimitSpec, parse, parse_count, parse_name, parse_window
+
+# A worker re-reads the overrides this often (seconds): a change reaches every worker within it.
+REFRESH_SECONDS = 2.0
+# A start holds its place in a rate window a little longer than the window: the claim records
+# it, the executor begins it moments later, and those moments must not let two windows' worth
+# of starts fall into one.
+RATE_SLACK_SHARE = 0.25
+RATE_SLACK_MAX = 1.0
+# A worker's claims read each limit key's first due jobs (the turns between keys) at most
+# this often (seconds); the claims between keep claim order past full budgets.
+TURNS_EVERY = 0.5
+# How many (queue, task, key) combinations a Limits remembers the budgets of.
+REMEMBERED = 100_000
+
+
+def rate_slack(seconds: float) -> float:
+    return min(RATE_SLACK_MAX, seconds * RATE_SLACK_SHARE)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Bucket:
+    """One budget: a limit, and the key drawing on it (the queue or task itself otherwise).
+
+    Compared by identity: a Limits hands out one Bucket per budget.
+    """
+
+    spec: LimitSpec
+    value: str
+    # How the budget is named in the database (rate starts) and in advisory locks.
+    id: str = field(init=False)
+
+    def __post_init__(self):
+        name = self.spec.name
+        object.__setattr__(
+            self, "id", f"{name}\x1f{self.value}" if self.spec.kind == "key" else name
+        )
+
+    def describe(self) -> str:
+        if self.spec.kind == "key":
+            return f"{self.spec.name} — {self.value}"
+        return self.spec.name
+
+
+class Limits:
+    """The limits in force at one moment, by name."""
+
+    def __init__(self, specs: dict[str, LimitSpec], sources: dict[str, str] | None = None):
+        self.specs = specs
+        # "settings" or "override", by name.
+        self.sources = sources or dict.fromkeys(specs, "settings")
+        claiming = [s for s in specs.values() if s.limits_claims]
+        self.queues = {s.target: s for s in claiming if s.kind == "queue"}
+        self.tasks = {s.target: s for s in claiming if s.kind == "task"}
+        self.keys = tuple(s for s in claiming if s.kind == "key")
+        self._key_specs: dict[str, LimitSpec | None] = {}
+        self._buckets: dict[tuple, tuple[Bucket, ...]] = {}
+        self._budgets: dict[str, Bucket] = {}
+        self._turns_at = 0.0
+
+    @cached_property
+    def limits_claims(self) -> bool:
+        """Does any limit decide what a claim may take?"""
+        return bool(self.queues or self.tasks or self.keys)
+
+    @cached_property
+    def breakers(self) -> dict[str, LimitSpec]:
+        """Queues with a circuit breaker, by queue name."""
+        return {s.target: s for s in self.specs.values() if s.pause_after_failures}
+
+    @cached_property
+    def longest_window(self) -> float:
+        """The longest rate window in force (0 without one), slack included."""
+        return max(
+            (s.rate[1] + rate_slack(s.rate[1]) for s in self.specs.values() if s.rate),
+            default=0.0,
+        )
+
+    def key_spec(self, key: str | None) -> LimitSpec | None:
+        """The first `key:` limit whose glob matches `key`."""
+        if key is None or not self.keys:
+            return None
+        try:
+            return self._key_specs[key]
+        except KeyError:
+            found = next((s for s in self.keys if s.matches_key(key)), None)
+            if len(self._key_specs) < 100_000:
+                self._key_specs[key] = found
+            return found
+
+    def buckets(self, queue: str, task: str, key: str | None) -> tuple[Bucket, ...]:
+        """The budgets a job of this queue, task and limit key draws on."""
+        try:
+            return self._buckets[queue, task, key]
+        except KeyError:
+            pass
+        found = []
+        for spec, value in (
+            (self.queues.get(queue), queue),
+            (self.tasks.get(task), task),
+            (self.key_spec(key), key),
+        ):
+            if spec is not None:
+                bucket = Bucket(spec, value)
+                found.append(self._budgets.setdefault(bucket.id, bucket))
+        found = tuple(found)
+        if len(self._buckets) < REMEMBERED:
+            self._buckets[queue, task, key] = found
+        return found
+
+    def turns_due(self) -> bool:
+        """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""
+        if not self.keys:
+            return False
+        now = time.monotonic()
+        if now < self._turns_at:
+            return False
+        self._turns_at = now + TURNS_EVERY
+        return True
+
+
+def declared(backend_alias: str = "default") -> dict[str, LimitSpec]:
+    """The LIMITS option of a backend, read (the check refused malformed entries at start)."""
+    from .compat import task_backends
+
+    try:
+        options = task_backends[backend_alias].options
+    except Exception:
+        return {}
+    option = options.get("LIMITS") or {}
+    specs = {}
+    for name, entry in option.items():
+        try:
+            specs[name] = parse(name, entry)
+        except LimitError:
+            continue  # reported by `manage.py check`; the worker refuses to start on it
+    return specs
+
+
+def spec_with_override(name: str, base: LimitSpec | None, override) -> LimitSpec:
+    kind, target = parse_name(name)
+    rate = None
+    if override.rate_count is not None and override.rate_seconds is not None:
+        rate = (override.rate_count, override.rate_seconds)
+    return LimitSpec(
+        name=name,
+        kind=kind,
+        target=target,
+        concurrency=override.concurrency,
+        rate=rate,
+        pause_after_failures=base.pause_after_failures if base else None,
+    )
+
+
+def in_force(backend_alias: str = "default") -> Limits:
+    """The limits in force now: the option, with the overrides stored in the database."""
+    from .models import LimitOverride
+
+    specs = declared(backend_alias)
+    sources = dict.fromkeys(specs, "settings")
+    for override in LimitOverride.objects.all():
+        try:
+            specs[override.name] = spec_with_override(
+                override.name, specs.get(override.name), override
+            )
+        except LimitError:
+            continue
+        sources[override.name] = "override"
+    return Limits(specs, sources)
+
+
+class LimitsCache:
+    """A worker's view of the limits in force, re-read every REFRESH_SECONDS."""
+
+    def __init__(self, backend_alias: str = "default", refresh_seconds: float = REFRESH_SECONDS):
+        self.backend_alias = backend_alias
+        self.refresh_seconds = refresh_seconds
+        self.limits: Limits | None = None
+        self.read_at = 0.0
+
+    def current(self) -> Limits:
+        now = time.monotonic()
+        if self.limits is None or now - self.read_at >= self.refresh_seconds:
+            self.limits = in_force(self.backend_alias)
+            self.read_at = now
+        return self.limits
+
+
+def prune_starts() -> int:
+    """Forget rate-limit starts older than every window in force (at least a minute)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from .models import LimitStart
+
+    keep = max(in_force().longest_window, 60.0)
+    cutoff = timezone.now() - timedelta(seconds=keep)
+    deleted, _ = LimitStart.objects.filter(started_at__lt=cutoff).delete()
+    return deleted
+
+
+# --- runtime controls --------------------------------------------------------------------------
+
+
+def _username(user) -> str:
+    return user.get_username() if getattr(user, "pk", None) else ""
+
+
+def _audit(name, action, outcome, detail, *, user=None, source="python"):
+    from .models import AuditEntry
+
+    AuditEntry.record(
+        user=user, action=action, outcome=outcome, source=source, subject=name, detail=detail
+    )
+
+
+def checked_values(name, concurrency, rate) -> tuple[int | None, tuple[int, float] | None]:
+    """The values of an override, checked as the LIMITS option's are; LimitError otherwise."""
+    parse_name(name)
+    if concurrency is not None:
+        concurrency = parse_count(name, "concurrency", concurrency)
+    if rate is not None:
+        rate = parse_window(name, "rate", rate)
+    return concurrency, rate
+
+
+def set_limit(name: str, *, concurrency=None, rate=None, user=None, source="python") -> LimitSpec:
+    """Override limit `name` for every worker until `clear_limit(name)`: its concurrency and
+    rate become these (None: none of that kind). Stored in the database and audited."""
+    from . import db
+    from .models import LimitOverride
+
+    concurrency, rate = checked_values(name, concurrency, rate)
+    with transaction.atomic():
+        LimitOverride.objects.update_or_create(
+            name=name,
+            defaults={
+                "concurrency": concurrency,
+                "rate_count": rate[0] if rate else None,
+                "rate_seconds": rate[1] if rate else None,
+                "updated_by": _username(user),
+            },
+        )
+        detail = {"concurrency": concurrency, "rate": list(rate) if rate else None}
+        _audit(name, "set limit", "limit overridden", detail, user=user, source=source)
+    db.notify_workers()
+    return in_force().specs[name]
+
+
+def clear_limit(name: str, *, user=None, source="python") -> bool:
+    """Remove the override of limit `name` (the LIMITS option applies again); False when it
+    had none."""
+    from . import db
+    from .models import LimitOverride
+
+    parse_name(name)
+    with transaction.atomic():
+        deleted, _ = LimitOverride.objects.filter(name=name).delete()
+        if deleted:
+            _audit(name, "clear limit", "override cleared", {}, user=user, source=source)
+    if deleted:
+        db.notify_workers()
+    return bool(deleted)

@@ -1,0 +1,245 @@
+"""Flow control at claim time (jobs.limits, jobs.db.limited), in process, on the test's database.
+
+The real-worker cases (exactness across workers, reading a ledger) are in
+tests/test_limits_workers.py.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from django.utils import timezone
+
+from jobs import db
+from jobs.limit_spec import LimitError
+from jobs.limits import LimitsCache, clear_limit, in_force, set_limit
+from jobs.models import AuditEntry, Job, LimitStart
+from jobs.states import JobState
+from tests.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def with_limits(limits, **options):
+    config = settings.TASKS["default"]
+    return override_settings(
+        TASKS={"default": {**config, "OPTIONS": {**config["OPTIONS"], "LIMITS": limits, **options}}}
+    )
+
+
+def due(n, **fields):
+    fields.setdefault("run_after", timezone.now() - timedelta(minutes=5))
+    return [make_job(**fields) for _ in range(n)]
+
+
+def claim(limit=50, queues=None):
+    return db.claim(
+        worker_id="w-limits", queues=queues, limit=limit, lease_seconds=60, limits=LimitsCache()
+    )
+
+
+def running(**filters):
+    return Job.objects.filter(state=JobState.RUNNING, **filters).count()
+
+
+def test_a_queue_at_its_concurrency_has_its_held_jobs_stay_due_without_using_an_attempt():
+    jobs = due(5, queue_name="emails")
+    with with_limits({"queue:emails": {"concurrency": 2}}):
+        first = claim()
+        again = claim()
+    assert len(first) == 2
+    assert again == []
+    held = Job.objects.filter(id__in=[j.id for j in jobs]).exclude(state=JobState.RUNNING)
+    assert {(j.state, j.attempt) for j in held} == {(JobState.PENDING, 0)}
+    assert held.count() == 3
+
+
+def test_a_finished_job_frees_its_slot_for_the_next_claim():
+    due(3, queue_name="emails")
+    with with_limits({"queue:emails": {"concurrency": 1}}):
+        (one,) = claim()
+        db.finish(
+            [
+                db.Finish(
+                    job_id=one.id,
+                    lease_id=one.lease_id,
+                    state=JobState.SUCCEEDED,
+                    outcome="succeeded",
+                )
+            ]
+        )
+        (two,) = claim()
+    assert two.id != one.id
+    assert running(queue_name="emails") == 1
+
+
+def test_jobs_under_no_full_limit_are_claimed_past_a_held_backlog():
+    due(30, queue_name="emails")
+    others = due(3, queue_name="reports", run_after=timezone.now() - timedelta(minutes=1))
+    with with_limits({"queue:emails": {"concurrency": 2}}):
+        claimed = claim(limit=10)
+    ids = {c.id for c in claimed}
+    assert {j.id for j in others} <= ids
+    assert len(claimed) == 5
+
+
+def test_each_limit_key_has_its_own_budget_and_a_big_backlog_does_not_hide_the_others():
+    big = due(100, task_path="tests.tasks.record", limit_key="tenant-big")
+    small = due(
+        4,
+        task_path="tests.tasks.record",
+        limit_key="tenant-small",
+        run_after=timezone.now() - timedelta(minutes=1),
+    )
+    with with_limits({"key:tenant-*": {"concurrency": 2}}):
+        claimed = claim(limit=10)
+    ids = {c.id for c in claimed}
+    assert len(ids & {j.id for j in big}) == 2
+    assert len(ids & {j.id for j in small}) == 2
+
+
+def test_a_task_limit_holds_across_queues():
+    due(3, task_path="tests.tasks.record", queue_name="a")
+    due(3, task_path="tests.tasks.record", queue_name="b")
+    with with_limits({"task:tests.tasks.record": {"concurrency": 4}}):
+        assert len(claim()) == 4
+        assert claim() == []
+
+
+def test_a_job_takes_room_in_every_limit_it_is_subject_to():
+    due(4, queue_name="emails", limit_key="tenant-1")
+    due(4, queue_name="emails", limit_key="tenant-2")
+    limits = {"queue:emails": {"concurrency": 3}, "key:tenant-*": {"concurrency": 1}}
+    with with_limits(limits):
+        claimed = claim()
+    assert len(claimed) == 2
+    assert {j.limit_key for j in Job.objects.filter(state=JobState.RUNNING)} == {
+        "tenant-1",
+        "tenant-2",
+    }
+
+
+def test_the_first_matching_key_glob_decides_the_budget():
+    due(3, limit_key="vip-1")
+    limits = {"key:vip-*": {"concurrency": 3}, "key:*": {"concurrency": 1}}
+    with with_limits(limits):
+        assert len(claim()) == 3
+
+
+def test_a_rate_limit_counts_the_starts_within_its_window():
+    due(8, queue_name="api")
+    with with_limits({"queue:api": {"rate": [3, 60]}}):
+        assert len(claim()) == 3
+        assert claim() == []
+    assert LimitStart.objects.filter(bucket="queue:api").count() == 3
+
+
+def test_starts_older_than_the_window_no_longer_count():
+    due(4, queue_name="api")
+    LimitStart.objects.create(
+        bucket="queue:api", started_at=timezone.now() - timedelta(seconds=120)
+    )
+    with with_limits({"queue:api": {"rate": [3, 60]}}):
+        assert len(claim()) == 3
+
+
+def test_without_limits_the_claim_takes_everything_due():
+    due(5, queue_name="emails", limit_key="tenant-1")
+    with with_limits({}):
+        assert len(claim()) == 5
+    assert not LimitStart.objects.exists()
+
+
+def test_named_queues_are_claimed_under_their_limits():
+    due(4, queue_name="a")
+    due(4, queue_name="b")
+    due(4, queue_name="c")
+    with with_limits({"queue:a": {"concurrency": 1}}):
+        claimed = claim(queues=["a", "b"])
+    assert sorted(c.queue_name for c in claimed) == ["a", "b", "b", "b", "b"]
+
+
+def test_an_override_replaces_the_setting_until_it_is_cleared():
+    due(6, queue_name="emails")
+    with with_limits({"queue:emails": {"concurrency": 1}}):
+        set_limit("queue:emails", concurrency=3)
+        assert in_force().sources["queue:emails"] == "override"
+        assert len(claim()) == 3
+        assert clear_limit("queue:emails")
+        assert in_force().specs["queue:emails"].concurrency == 1
+        assert not clear_limit("queue:emails")
+    audited = AuditEntry.objects.filter(subject="queue:emails")
+    actions = list(audited.values_list("action", flat=True))
+    assert sorted(actions) == ["clear limit", "set limit"]
+
+
+def test_an_override_refuses_impossible_values_and_stores_nothing():
+    for bad in ({"concurrency": 0}, {"rate": [5]}, {"rate": [5, -1]}, {"concurrency": "2"}):
+        with pytest.raises(LimitError):
+            set_limit("queue:emails", **bad)
+    with pytest.raises(LimitError):
+        set_limit("bucket:emails", concurrency=2)
+    assert not AuditEntry.objects.exists()
+
+
+def test_limit_keys_take_turns_when_no_limit_is_reached():
+    old = timezone.now() - timedelta(minutes=10)
+    big = due(60, limit_key="tenant-big", run_after=old)
+    small = due(5, limit_key="tenant-small")
+    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+        claimed = claim(limit=8)
+    ids = {c.id for c in claimed}
+    assert len(ids & {j.id for j in small}) == 4
+    assert len(ids & {j.id for j in big}) == 4
+
+
+def test_turns_keep_priority_first():
+    due(5, limit_key="tenant-a", priority=10)
+    low = due(5, limit_key="tenant-b")
+    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+        claimed = claim(limit=5)
+    assert not {c.id for c in claimed} & {j.id for j in low}
+
+
+def test_maintenance_forgets_starts_older_than_every_window():
+    from jobs.limits import prune_starts
+
+    now = timezone.now()
+    LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=30))
+    LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=300))
+    LimitStart.objects.create(bucket="queue:slow", started_at=now - timedelta(seconds=300))
+    with with_limits({"queue:api": {"rate": [5, 10]}}):
+        assert prune_starts() == 2
+    with with_limits({"queue:api": {"rate": [5, 3600]}}):
+        LimitStart.objects.create(bucket="queue:api", started_at=now - timedelta(seconds=300))
+        assert prune_starts() == 0
+
+
+def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_the_window():
+    from jobs import breaker, queues
+    from jobs.models import Attempt
+
+    limits_config = {"queue:hooks": {"pause_after_failures": [2, 60]}}
+    now = timezone.now()
+    for i, ago in enumerate((5, 500)):
+        job = make_job(JobState.DEAD_LETTER, queue_name="hooks")
+        Attempt.objects.create(
+            job=job, number=1, outcome="failed", finished_at=now - timedelta(seconds=ago + i)
+        )
+    with with_limits(limits_config):
+        assert breaker.trip({"hooks", "other"}, in_force()) == []
+        job = make_job(JobState.DEAD_LETTER, queue_name="hooks")
+        Attempt.objects.create(job=job, number=1, outcome="failed", finished_at=now)
+        assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
+        assert breaker.trip({"hooks"}, in_force()) == []
+    assert queues.paused()["hooks"].paused_by == "circuit breaker"
+
+
+def test_a_job_under_a_rate_limit_must_begin_within_the_windows_slack():
+    due(2, queue_name="api")
+    due(1, queue_name="free")
+    with with_limits({"queue:api": {"rate": [5, 2]}}):
+        claimed = claim()
+    slack = {c.queue_name: c.rate_slack for c in claimed}
+    assert slack == {"api": pytest.approx(0.5), "free": 0.0}

@@ -1,0 +1,81 @@
+"""Snooze: a task asks to run again later; its attempt is recorded and given back."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import db
+from jobs import outcome as oc
+from jobs.errors import Snooze
+from jobs.models import Attempt, CounterDelta, Job
+from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+from tests.factories import make_job
+from tests.test_limits import with_limits
+
+pytestmark = pytest.mark.django_db
+
+
+def run_once(job, kind="snoozed", delay=30.0):
+    (claimed,) = db.claim(worker_id="w-snooze", queues=None, limit=1, lease_seconds=60)
+    assert claimed.id == job.id
+    ran = oc.Ran(job.id, kind, delay=delay, started_at=oc.now(), finished_at=oc.now())
+    return db.finish([oc.decide(claimed, ran, worker_id="w-snooze")])
+
+
+def test_snooze_takes_seconds_and_refuses_nonsense():
+    assert Snooze(5).seconds == 5.0
+    for bad in (-1, "5", float("nan"), True):
+        with pytest.raises(ValueError):
+            Snooze(bad)
+
+
+def test_a_snoozed_job_is_pending_later_with_its_attempt_given_back_and_recorded():
+    job = make_job(run_after=timezone.now() - timedelta(minutes=1))
+    before = timezone.now()
+    (applied,) = run_once(job, delay=30)
+    job.refresh_from_db()
+    assert applied.state == JobState.PENDING
+    assert (job.state, job.attempt, job.snoozes) == (JobState.PENDING, 0, 1)
+    assert job.run_after >= before + timedelta(seconds=29)
+    assert job.started_at is not None
+    (attempt,) = Attempt.objects.filter(job=job)
+    assert (attempt.number, attempt.outcome) == (1, AttemptOutcome.SNOOZED)
+    assert CounterDelta.objects.totals().get("jobs_snoozed") == 1
+
+
+def test_a_job_that_snoozed_keeps_every_attempt_and_numbers_its_runs_in_order():
+    job = make_job(max_attempts=2)
+    for _ in range(3):
+        Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+        run_once(job, delay=0)
+    for _ in range(2):
+        Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+        run_once(job, kind="error", delay=0)
+    job.refresh_from_db()
+    assert (job.state, job.attempt, job.snoozes) == (JobState.DEAD_LETTER, 2, 3)
+    assert job.dead_letter_reason == DeadLetterReason.EXHAUSTED
+    attempts = Attempt.objects.filter(job=job).order_by("number")
+    outcomes = list(attempts.values_list("number", "outcome"))
+    assert outcomes == [
+        (1, "snoozed"),
+        (2, "snoozed"),
+        (3, "snoozed"),
+        (4, "failed"),
+        (5, "failed"),
+    ]
+
+
+def test_past_max_snoozes_the_job_is_dead_lettered_as_snoozed_too_often():
+    job = make_job()
+    with with_limits({}, MAX_SNOOZES=2):
+        for _ in range(3):
+            Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+            run_once(job, delay=0)
+    job.refresh_from_db()
+    assert (job.state, job.dead_letter_reason) == (
+        JobState.DEAD_LETTER,
+        DeadLetterReason.SNOOZED_TOO_OFTEN,
+    )
+    assert job.snoozes == 2
+    assert Attempt.objects.filter(job=job, outcome="snoozed").count() == 3
