@@ -26,9 +26,10 @@ SLOW_CHORES_EVERY = 30
 PRUNE_STARTS_EVERY = 6
 
 
-def run_due(worker_id: str, *, round: int) -> None:
-    """The maintenance a worker does on heartbeat number `round` (1, 2, ...)."""
-    recover_expired_leases(worker_id)
+def run_due(worker_id: str, *, round: int, backend=None) -> None:
+    """The maintenance a worker does on heartbeat number `round` (1, 2, ...); the outcomes of
+    recovered jobs reach `backend`'s integrations (tracing, Sentry) as the worker's own do."""
+    recover_expired_leases(worker_id, backend=backend)
     db.expire_not_after()
     db.settle_orphaned_continuations()
     if round == 1:
@@ -41,8 +42,9 @@ def run_due(worker_id: str, *, round: int) -> None:
         forget_lost_nodes()
 
 
-def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
+def recover_expired_leases(worker_id: str, limit: int = 200, backend=None) -> int:
     """Rescue running jobs whose worker stopped renewing its lease, through the retry flow."""
+    from . import observers
     from . import outcome as oc
 
     with transaction.atomic():
@@ -73,6 +75,8 @@ def recover_expired_leases(worker_id: str, limit: int = 200) -> int:
             if f.state == JobState.RETRYING
             else f"{f.state} ({f.reason})",
         )
+    if backend is not None:
+        observers.attempts_settled([(f, claims[f.job_id]) for f in applied], backend)
     return len(applied)
 
 

@@ -846,7 +846,7 @@ class Worker:
                     )
 
     def _maintenance(self):
-        maintenance.run_due(self.worker_id, round=self.heartbeats)
+        maintenance.run_due(self.worker_id, round=self.heartbeats, backend=self.backend)
 
     # --- shutdown ---------------------------------------------------------------------------
 

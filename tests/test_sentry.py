@@ -87,3 +87,24 @@ def test_an_unknown_capture_mode_stops_the_worker_saying_what_is_allowed(sentry_
     proc, items = sentry_worker(capture="sometimes")
     assert proc.returncode != 0 and items == []
     assert "SENTRY_CAPTURE must be one of ('dead_letter', 'every_failure')" in proc.stderr
+
+
+def test_a_job_dead_lettered_by_lease_recovery_reaches_sentry_too(sentry_worker):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import Job
+    from jobs.states import JobState
+    from tests.factories import make_job
+
+    past = timezone.now() - timedelta(minutes=5)
+    lost = make_job(
+        JobState.RUNNING, task_path="tests.tasks.add", max_attempts=1, lease_expires_at=past
+    )
+    proc, items = sentry_worker()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Job.objects.get(id=lost.id).state == JobState.DEAD_LETTER
+    [event] = events(items)
+    assert event["tags"]["job_id"] == str(lost.id)
+    assert event["exception"]["values"][0]["type"] == "WorkerLost"

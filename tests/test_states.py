@@ -73,6 +73,6 @@ def test_a_cancel_requested_while_running_overrides_every_ending_a_dead_letter_i
     assert JobState.DEAD_LETTER in CANCEL_OVERRIDES
 
 
-def test_a_failed_attempt_is_any_attempt_that_neither_returned_nor_was_cancelled():
-    neither = set(AttemptOutcome) - {AttemptOutcome.SUCCEEDED, AttemptOutcome.CANCELLED}
-    assert neither == FAILED_ATTEMPT
+def test_a_failed_attempt_is_any_attempt_that_neither_returned_nor_was_cancelled_nor_snoozed():
+    ended_otherwise = {AttemptOutcome.SUCCEEDED, AttemptOutcome.CANCELLED, AttemptOutcome.SNOOZED}
+    assert set(AttemptOutcome) - ended_otherwise == FAILED_ATTEMPT
