@@ -174,6 +174,7 @@ def test_a_held_jobs_page_says_what_holds_it(client, operator):
     client.force_login(operator)
     html = client.get(f"/jobs/{held.id}/").content.decode()
     assert "waiting for key:tenant-* — tenant-42: 2 of 2 running" in html
+    assert 'href="/limits/">See the limits' in html
     assert "waiting for" not in client.get(f"/jobs/{free.id}/").content.decode()
     assert Job.objects.get(id=held.id).state == JobState.PENDING
 
@@ -205,3 +206,7 @@ def test_the_queues_page_says_the_circuit_breaker_paused_a_queue(client, operato
     client.force_login(operator)
     html = client.get("/queues/").content.decode()
     assert "by the circuit breaker" in html
+
+
+def test_the_limits_page_is_linked_from_the_queues_page(operator_client):
+    assert 'href="/limits/"' in operator_client.get("/queues/").content.decode()
