@@ -16,3 +16,10 @@ from jobsite.settings import *  # noqa: F403
 
 # Tests log in hundreds of times; the production hasher's cost buys nothing here.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# The test process's own connections are told apart from its workers' (application_name
+# "jobsite", from the project settings the workers load): the reliability tests cut the workers'
+# connections, and must never cut one of the test's own. Playwright's event loop gives the test
+# process connections beside the main one, which pg_backend_pid() alone would not exclude.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"]["OPTIONS"]["application_name"] = "jobsite-tests"  # noqa: F405
