@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -570,6 +570,10 @@ def test_pg_terminate_backend_storm_fails_no_job_and_kills_no_worker(
 
 def test_worker_whose_idle_connection_was_cut_still_marks_its_node_stopped(spawn_worker):
     skip_unless_postgres()
+    from jobs.db.pooler import is_pooled
+
+    if is_pooled(connection):
+        pytest.skip("through a transaction pooler a waiting worker holds no session to cut")
     for _ in range(5):
         worker = spawn_worker("--concurrency", "1")
         wait_started(worker)
