@@ -2,6 +2,7 @@
 
 import re
 
+import django
 import pytest
 
 from dashboard import openapi
@@ -28,11 +29,12 @@ def test_the_page_documents_every_operation_and_schema_of_the_served_document(vi
 def test_the_page_needs_no_script_or_style_of_its_own_and_keeps_the_csp(viewer_client):
     response = viewer_client.get("/api/docs/")
     html = response.content.decode()
-    assert "style-src 'self'" in response.headers["Content-Security-Policy"]
-    assert (
-        response.headers["Content-Security-Policy"]
-        == viewer_client.get("/").headers["Content-Security-Policy"]
-    )
+    if django.VERSION >= (6, 0):  # Django's own CSP header is new in 6.0
+        assert "style-src 'self'" in response.headers["Content-Security-Policy"]
+        assert (
+            response.headers["Content-Security-Policy"]
+            == viewer_client.get("/").headers["Content-Security-Policy"]
+        )
     scripts = re.findall(r"<script[^>]*>", html)
     assert all('src="/static/dashboard/' in tag for tag in scripts)
     assert "<style" not in html and " style=" not in html
