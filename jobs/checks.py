@@ -1,4 +1,4 @@
-"""Django system checks of the jobs app: `manage.py check` reports a bad SCHEDULES option and
+"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES and LIMITS options and
 SQLite settings under which a worker and enqueuers would fail with "database is locked"."""
 
 from django.core import checks
@@ -7,45 +7,35 @@ from django.core import checks
 @checks.register(checks.Tags.compatibility)
 def check_schedules(app_configs=None, **kwargs):
     from . import schedules
-    from .backend import JobsBackend
-    from .compat import task_backends
 
-    errors = []
-    for backend in task_backends.all():
-        if not isinstance(backend, JobsBackend):
-            continue
-        for problem in schedules.check(backend):
-            errors.append(
-                checks.Error(
-                    problem,
-                    hint="See SCHEDULES in the README.",
-                    obj=f"TASKS[{backend.alias!r}]['OPTIONS']['SCHEDULES']",
-                    id="jobs.E001",
-                )
-            )
-    return errors
+    return _option_errors("SCHEDULES", schedules.check, "jobs.E001")
 
 
 @checks.register(checks.Tags.compatibility)
 def check_limits(app_configs=None, **kwargs):
     from . import limit_spec
+
+    return _option_errors(
+        "LIMITS", lambda backend: limit_spec.check(backend.options.get("LIMITS")), "jobs.E002"
+    )
+
+
+def _option_errors(option: str, problems_of, error_id: str) -> list:
+    """An error per problem `problems_of(backend)` finds in `option` of each jobs backend."""
     from .backend import JobsBackend
     from .compat import task_backends
 
-    errors = []
-    for backend in task_backends.all():
-        if not isinstance(backend, JobsBackend):
-            continue
-        for problem in limit_spec.check(backend.options.get("LIMITS")):
-            errors.append(
-                checks.Error(
-                    problem,
-                    hint="See LIMITS in the README.",
-                    obj=f"TASKS[{backend.alias!r}]['OPTIONS']['LIMITS']",
-                    id="jobs.E002",
-                )
-            )
-    return errors
+    return [
+        checks.Error(
+            problem,
+            hint=f"See {option} in the README.",
+            obj=f"TASKS[{backend.alias!r}]['OPTIONS'][{option!r}]",
+            id=error_id,
+        )
+        for backend in task_backends.all()
+        if isinstance(backend, JobsBackend)
+        for problem in problems_of(backend)
+    ]
 
 
 @checks.register(checks.Tags.compatibility)
