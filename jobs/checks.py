@@ -1,5 +1,6 @@
-"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES and LIMITS options and
-SQLite settings under which a worker and enqueuers would fail with "database is locked"."""
+"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES and LIMITS
+options, and SQLite settings under which a worker and enqueuers would fail with "database is
+locked"."""
 
 from django.core import checks
 
