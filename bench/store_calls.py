@@ -94,7 +94,7 @@ def main():
             return run(self)
 
     def measured_shutdown(self):
-        for e in self.executors:
+        for e in self.supervisor.executors:
             executors_cpu[e.pid] = _cpu_seconds(e.pid)
         return shutdown(self)
 

@@ -26,10 +26,13 @@ from .errortext import for_log
 logger = logging.getLogger(__name__)
 
 IDLE = -1.0
-# Header of the status array: [seq of slot 0, start of slot 0, leases hold until,
-# highest seq taken, highest seq that must no longer start]; slots 1.. follow in pairs.
-LEASES, TAKEN, RELEASE_UP_TO = 2, 3, 4
-HEADER = 5
+# The slots of the status array an executor shares with its worker (all floats):
+FIRST_SEQ = 0  # seq of the job in slot 0, or IDLE
+FIRST_START = 1  # monotonic time that job started
+LEASES = 2  # monotonic time until which the worker's last lease renewal holds
+TAKEN = 3  # highest seq the child has taken (started)
+RELEASE_UP_TO = 4  # highest seq the child must no longer start
+HEADER = 5  # then (seq, start) of slots 1 .. async_slots - 1, in pairs
 # A coroutine that keeps the event loop this long without yielding is logged.
 LOOP_BLOCK_THRESHOLD = 0.5
 LOOP_TICK = 0.1
@@ -37,7 +40,9 @@ LOOP_TICK = 0.1
 
 def new_status(slots: int) -> list[float]:
     """The initial status array of an executor with `slots` slots (1 for sync jobs only)."""
-    return [IDLE, 0.0, 0.0, 0.0, 0.0] + [IDLE, 0.0] * (slots - 1)
+    header = [0.0] * HEADER
+    header[FIRST_SEQ] = IDLE
+    return header + [IDLE, 0.0] * (slots - 1)
 
 
 def slot_count(status) -> int:
@@ -46,7 +51,7 @@ def slot_count(status) -> int:
 
 def slot_fields(slot: int) -> tuple[int, int]:
     """Indexes of a slot's seq and start time in the status array."""
-    return (0, 1) if slot == 0 else (HEADER + 2 * slot - 2, HEADER + 2 * slot - 1)
+    return (FIRST_SEQ, FIRST_START) if slot == 0 else (HEADER + 2 * slot - 2, HEADER + 2 * slot - 1)
 
 
 def started_jobs(status) -> dict[int, float]:
@@ -259,16 +264,17 @@ class Control:
 
 
 def _broken(claimed, exc):
+    from .outcome import RanKind
     from .runner import _failed
     from .states import DeadLetterReason
 
-    return _failed(claimed, exc, "error", None, stop_reason=DeadLetterReason.UNRECOVERABLE)
+    return _failed(claimed, exc, RanKind.ERROR, None, stop_reason=DeadLetterReason.UNRECOVERABLE)
 
 
 def _released(claimed):
-    from .outcome import Ran
+    from .outcome import Ran, RanKind
 
-    return Ran(claimed.id, "released")
+    return Ran(claimed.id, RanKind.RELEASED)
 
 
 async def run_coroutine(claimed, worker_id, control):

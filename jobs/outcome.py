@@ -5,6 +5,7 @@ what the worker saw from outside). `decide` turns it into a `db.Finish` through 
 constructors of `Outcome`; `announce` sends the signals once the outcome took effect.
 """
 
+import enum
 import logging
 import random
 from dataclasses import dataclass
@@ -21,14 +22,26 @@ logger = logging.getLogger(__name__)
 _rng = random.Random()
 
 
+class RanKind(enum.StrEnum):
+    """How an attempt ended, as the process that ran it saw it (plain text on the pipe)."""
+
+    OK = "ok"
+    ERROR = "error"
+    POISON = "poison"  # it cannot run at all
+    RELEASED = "released"  # never started
+    SNOOZED = AttemptOutcome.SNOOZED.value
+    # From outside the task:
+    LOST = AttemptOutcome.LOST.value
+    INTERRUPTED = AttemptOutcome.INTERRUPTED.value
+    CRASHED = "crashed"
+
+
 @dataclass(slots=True)
 class Ran:
     """The outcome of one attempt as the process that ran it saw it."""
 
     job_id: object
-    # "ok", "error", "poison", "released" (never started), or from outside the task:
-    # "lost", "interrupted", "crashed".
-    kind: str
+    kind: RanKind
     return_json: str | None = None
     error_type: str = ""
     error_message: str = ""
@@ -141,7 +154,12 @@ def plan_failed_retry(
 
 
 def failure_from_outside(
-    claimed: Claimed, exc: BaseException, *, kind="error", worker_id="", started_at=None
+    claimed: Claimed,
+    exc: BaseException,
+    *,
+    kind=RanKind.ERROR,
+    worker_id="",
+    started_at=None,
 ) -> Ran:
     """A failure the task did not raise itself (timeout, crash, lost worker, shutdown), with
     the delay its job's policy gives for this attempt."""
@@ -153,9 +171,9 @@ def failure_from_outside(
     except Exception:  # unknown task: nothing to retry with
         task = None
     if task is not None:
-        if kind == "crashed" and getattr(task, "on_crash", "retry") == "dead_letter":
+        if kind == RanKind.CRASHED and getattr(task, "on_crash", "retry") == "dead_letter":
             stop = DeadLetterReason.CRASHED
-        elif kind != AttemptOutcome.INTERRUPTED:
+        elif kind != RanKind.INTERRUPTED:
             error = (error_type, text)
             delay, stop = plan_failed_retry(claimed, task, exc, worker_id=worker_id, error=error)
     error = {"error_type": error_type, "error_message": message, "error_traceback": text}
@@ -247,15 +265,15 @@ def decide(claimed: Claimed, ran: Ran, *, worker_id: str, cancel_requested=False
 
 
 def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
-    if ran.kind == "released":
+    if ran.kind == RanKind.RELEASED:
         return Outcome.released(claimed, worker_id)
-    if ran.kind == "ok":
+    if ran.kind == RanKind.OK:
         return Outcome.succeeded(claimed, ran, worker_id)
-    if ran.kind == "poison":
+    if ran.kind == RanKind.POISON:
         return Outcome.dead_letter(
             claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
         )
-    if ran.kind == AttemptOutcome.SNOOZED:
+    if ran.kind == RanKind.SNOOZED:
         if claimed.snoozes >= max_snoozes(claimed.backend):
             return Outcome.dead_letter(
                 claimed,
@@ -266,8 +284,8 @@ def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
             )
         return Outcome.snoozed(claimed, ran, worker_id)
     outcome = (
-        ran.kind
-        if ran.kind in (AttemptOutcome.LOST, AttemptOutcome.INTERRUPTED)
+        AttemptOutcome(ran.kind)
+        if ran.kind in (RanKind.LOST, RanKind.INTERRUPTED)
         else AttemptOutcome.FAILED  # a raised exception, a timeout, a crash
     )
     if ran.stop_reason:

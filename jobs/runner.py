@@ -15,7 +15,7 @@ from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished,
 from .db import Claimed
 from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable
 from .errortext import describe
-from .outcome import Ran, now, plan_retry, task_result_for
+from .outcome import Ran, RanKind, now, plan_retry, task_result_for
 from .reports import AttemptReport
 from .states import DeadLetterReason
 from .tasks import JobContext, load_task
@@ -43,7 +43,7 @@ def _decoded(stored):
     return json.loads(stored)
 
 
-def _failed(claimed: Claimed, exc: BaseException, kind: str, started, **extra) -> Ran:
+def _failed(claimed: Claimed, exc: BaseException, kind: RanKind, started, **extra) -> Ran:
     error_type, message, text = describe(exc)
     return Ran(
         claimed.id,
@@ -90,10 +90,10 @@ def prepare(claimed: Claimed, *, worker_id: str):
         else:
             signature.bind(*args, **kwargs)
     except BaseException as exc:
-        return _failed(claimed, exc, "poison", started)
+        return _failed(claimed, exc, RanKind.POISON, started)
     if claimed.start_by and time.monotonic() > claimed.start_by:
         # Too late for the rate window its claim counted it in (jobs.limits): not begun.
-        return Ran(claimed.id, "released")
+        return Ran(claimed.id, RanKind.RELEASED)
     return Attempt(claimed, task, args, kwargs, started, worker_id)
 
 
@@ -179,7 +179,7 @@ class Attempt:
         if isinstance(exc, Snooze):
             return Ran(
                 claimed.id,
-                "snoozed",
+                RanKind.SNOOZED,
                 delay=exc.seconds,
                 started_at=self.started,
                 finished_at=finished,
@@ -199,7 +199,7 @@ class Attempt:
             )
         return Ran(
             claimed.id,
-            "error",
+            RanKind.ERROR,
             error_type=error_type,
             error_message=message,
             error_traceback=text,
@@ -223,7 +223,7 @@ class Attempt:
         self.value = value
         return Ran(
             self.claimed.id,
-            "ok",
+            RanKind.OK,
             return_json=return_json,
             started_at=self.started,
             finished_at=now(),
@@ -236,7 +236,7 @@ class Attempt:
 
     def announces(self, ran: Ran) -> bool:
         """Whether `announce` would send anything (most projects: no)."""
-        level = logging.ERROR if ran.kind == "error" else logging.INFO
+        level = logging.ERROR if ran.kind == RanKind.ERROR else logging.INFO
         return reaches_anyone(task_finished, self.sender, level)
 
     def announce(self, ran: Ran) -> Ran:
@@ -246,7 +246,7 @@ class Attempt:
         if not self.announces(ran):
             return ran
         result = self.result or self._task_result()
-        if ran.kind == "error":
+        if ran.kind == RanKind.ERROR:
             _finished(result, TaskResultStatus.FAILED, ran.finished_at)
         else:
             value = self.value
@@ -257,5 +257,9 @@ class Attempt:
     def broke(self, exc: BaseException) -> Ran:
         """A signal receiver failed, or describing a failure did: no retry can help."""
         return _failed(
-            self.claimed, exc, "error", self.started, stop_reason=DeadLetterReason.UNRECOVERABLE
+            self.claimed,
+            exc,
+            RanKind.ERROR,
+            self.started,
+            stop_reason=DeadLetterReason.UNRECOVERABLE,
         )

@@ -1,4 +1,4 @@
-"""The dispatcher (jobs.pool.Dispatcher): which executor a claimed job goes to, or none.
+"""The dispatcher (jobs.pool.dispatcher): which executor a claimed job goes to, or none.
 
 The executors are the real `Executor` bookkeeping without a child process behind them: what
 is sent lands in a pipe nobody reads, which is all the dispatcher sees of a child anyway.
@@ -9,15 +9,9 @@ import pickle
 import pytest
 
 from jobs.executor_loop import TAKEN, new_status, slot_fields
-from jobs.pool import (
-    PREFETCH_BUDGET,
-    SEEN_BEFORE_SHORT,
-    SEND_EVERY,
-    Channel,
-    Dispatcher,
-    Executor,
-    mp_context,
-)
+from jobs.pool.dispatcher import PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher
+from jobs.pool.executor import Executor, mp_context
+from jobs.pool.wire import SEND_EVERY, Channel
 from tests.factories import make_claimed
 
 SHORT = "tests.tasks.add"

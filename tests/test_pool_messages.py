@@ -1,4 +1,4 @@
-"""How the worker reads its executors' messages off the pipe (jobs/pool.py)."""
+"""How the worker reads its executors' messages off the pipe (jobs/pool/wire.py)."""
 
 import os
 import threading
@@ -8,7 +8,7 @@ from multiprocessing import Pipe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.pool import Channel, _framed, _messages
+from jobs.pool.wire import Channel, _framed, _messages
 
 
 def test_messages_read_in_pieces_come_out_whole_and_in_order():
@@ -80,3 +80,19 @@ def test_jobs_and_outcomes_of_any_size_cross_the_pipe_without_either_side_waitin
     assert [int.from_bytes(m[:8], "big") for m in received] == list(range(len(sizes)))
     assert [len(m) - 8 for m in received] == [r for _, r in sizes]
     ours.close()
+
+
+def test_an_attempts_kind_crosses_the_pipe_as_plain_text_and_comes_back_as_its_enum():
+    import pickle
+    import uuid
+
+    from jobs.outcome import Ran, RanKind, now
+    from jobs.pool.wire import _ran_codec
+
+    ran = Ran(uuid.uuid4(), RanKind.CRASHED, error_type="ExecutorCrashed", finished_at=now())
+    flat = _ran_codec().flat(ran)
+    assert type(flat[1]) is str and flat[1] == "crashed"
+    assert b"RanKind" not in pickle.dumps(flat)
+    back = _ran_codec().build(pickle.loads(pickle.dumps(flat)))
+    assert back == ran
+    assert type(back.kind) is RanKind

@@ -1,11 +1,12 @@
 """The engine's database layer: one engine per database behind one interface.
 
     engine.py    the interface, and every statement and rule both databases share
-    postgres.py  PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish,
-                 prepared statements, NOTIFY
+    postgres.py  PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish
+                 (its text in postgres_finish.py), prepared statements, NOTIFY and LISTEN
+                 (postgres_notify.py)
     sqlite.py    SQLite's whole story: its clock functions and its statements
     columns.py   the columns written by hand, derived from the models
-    records.py   the values crossing the interface (Claimed, Finish, Expired)
+    records.py   the values crossing the interface (Claimed, Finish, Expired, Listener)
 
 The rest of the engine calls the functions below; each goes to the engine of the default
 connection's database, chosen from its vendor.
@@ -15,7 +16,7 @@ from django.db import connection
 
 from .engine import Engine
 from .postgres import NOTIFY_CHANNEL, PostgresEngine
-from .records import Claimed, Expired, Finish
+from .records import Claimed, Expired, Finish, Listener
 from .sqlite import SQLiteEngine
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Claimed",
     "Expired",
     "Finish",
+    "Listener",
     "add_counters",
     "cancel_continuations",
     "claim",
@@ -38,6 +40,7 @@ __all__ = [
     "insert_job_batch",
     "insert_jobs",
     "link",
+    "listener",
     "notify_workers",
     "release_continuations",
     "renew_leases",
@@ -57,6 +60,11 @@ def configure_worker_session(conn, *, lease_seconds: float, heartbeat_seconds: f
     _ENGINES[conn.vendor].configure_worker_session(
         conn, lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds
     )
+
+
+def listener(options: dict) -> Listener | None:
+    """What wakes an idle worker when a job becomes due, or None where workers poll."""
+    return engine().listener(options)
 
 
 def insert_job(row: dict) -> None:

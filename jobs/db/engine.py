@@ -154,6 +154,11 @@ class Engine:
     def configure_worker_session(self, conn, *, lease_seconds, heartbeat_seconds) -> None:
         """Settings of a worker's own connection; none by default."""
 
+    def listener(self, options: dict):
+        """What wakes an idle worker when a job becomes due (a records.Listener), or None:
+        the worker polls. `options`: the backend's OPTIONS."""
+        return None
+
     # --- claim ------------------------------------------------------------------------------
 
     def claimed_columns(self) -> str:

@@ -1,4 +1,5 @@
-"""The values that cross the engine's interface: a claimed job, an attempt's outcome, a lost one.
+"""The values that cross the engine's interface: a claimed job, an attempt's outcome, a lost one,
+and what wakes an idle worker.
 
 Plain records, the same for every database; the engines turn them into statement parameters.
 """
@@ -6,6 +7,7 @@ Plain records, the same for every database; the engines turn them into statement
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 
 @dataclass(slots=True)
@@ -128,3 +130,18 @@ class Expired:
             started_at=self.started_at,
             backoff=self.backoff,
         )
+
+
+class Listener(Protocol):
+    """A wake-up source an idle worker waits on beside its executors' pipes (Engine.listener).
+
+    The worker polls `fileno_or_none()` for reading; when it is readable, `drain()` takes
+    every wake-up waiting there (they carry nothing: the worker claims what is due). None from
+    `fileno_or_none()` means not now (reconnecting): the worker polls the database meanwhile.
+    """
+
+    def fileno_or_none(self) -> int | None: ...
+
+    def drain(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,147 @@
+"""PostgreSQL's one-statement finish: the guarded job update, the attempt rows, the released
+continuations, the counters and the wake-up, for a whole batch of outcomes at once."""
+
+import json
+
+from ..states import AttemptOutcome, JobState
+from .columns import attempt_row
+from .engine import (
+    ATTEMPT,
+    BATCH_CALLBACKS,
+    COUNTER,
+    DEPENDENCY,
+    FINISH_COUNTERS,
+    JOB,
+    sql_in,
+    sql_state,
+)
+from .postgres_notify import NOTIFY_CHANNEL
+from .records import Finish
+
+# The outcome columns the finish statement reads from its one JSON parameter, with their types:
+# Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own.
+FINISH_FIELDS = (
+    ("job_id", "uuid"),
+    ("lease_id", "uuid"),
+    ("new_state", "text"),
+    ("return_json", "text"),
+    ("delay", "float8"),
+    ("reason", "text"),
+    ("error_type", "text"),
+    ("error_message", "text"),
+    ("error_traceback", "text"),
+    ("only_if_expired", "int"),
+    ("raise_max", "int"),
+    ("snoozed", "int"),
+    ("outcome", "text"),
+    ("worker_id", "text"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+)
+
+
+def finish_statement(engine) -> str:
+    """One statement of constant text whatever the batch size.
+
+    The outcomes arrive as one JSON document (encoded in C by the json module; fifteen
+    parameter arrays cost far more to adapt).
+    """
+    attempt_exprs = {
+        "started_at": "COALESCE(started_at, claimed_at)",
+        "finished_at": "COALESCE(finished_at, now())",
+        "outcome": "attempt_outcome",
+    }
+    attempt_names = attempt_row()
+    by = {"state": "final_state", "outcome": "attempt_outcome"}
+    counts = ",\n".join(
+        f"count(*) FILTER (WHERE {by[kind]} IN ({sql_in(values)})) AS n{i}"
+        for i, (_, kind, values) in enumerate(FINISH_COUNTERS)
+    )
+    named = ", ".join(f"('{name}', a.n{i})" for i, (name, _, _) in enumerate(FINISH_COUNTERS))
+    cancelled = sql_state(JobState.CANCELLED)
+    scheduled = sql_state(JobState.SCHEDULED)
+    pending = sql_state(JobState.PENDING)
+    # The state guard compares with a column of v, not a literal: given a literal, the
+    # planner may scan every running job (all workers' prefetched ones, and their dead
+    # versions) instead of looking up each outcome's row by its primary key.
+    return f"""
+WITH v AS (
+    SELECT r.*, r.return_json::jsonb AS return_value,
+           {sql_state(JobState.RUNNING)}::text AS running
+    FROM json_to_recordset(%s::json)
+        AS r({", ".join(f"{name} {kind}" for name, kind in FINISH_FIELDS)})
+),
+upd AS (
+    UPDATE {JOB} SET {engine.set_outcome_sql(running="v.running")}
+    RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes AS number, {JOB}.started_at,
+              {JOB}.state
+),
+done AS (SELECT v.*, upd.number, upd.started_at AS claimed_at,
+                upd.state AS final_state,
+                CASE WHEN upd.state = {cancelled} AND v.new_state <> {cancelled}
+                     THEN '{AttemptOutcome.CANCELLED}' ELSE v.outcome END AS attempt_outcome
+         FROM upd JOIN v ON v.job_id = upd.id),
+att AS (
+    INSERT INTO {ATTEMPT} ({", ".join(attempt_names)})
+    SELECT {", ".join(attempt_exprs.get(n, n) for n in attempt_names)}
+    FROM done WHERE outcome IS NOT NULL
+),
+up AS (
+    SELECT d.downstream_id AS id, count(*) AS n FROM {DEPENDENCY} d
+    JOIN done ON d.upstream_id = done.job_id
+    WHERE done.final_state = {sql_state(JobState.SUCCEEDED)}
+    GROUP BY d.downstream_id
+),
+-- Waiting jobs locked in id order before the update (engine.py: why).
+lk AS (
+    SELECT c.id, up.n FROM {JOB} c JOIN up ON c.id = up.id
+    WHERE c.state = {scheduled} ORDER BY c.id FOR UPDATE OF c
+),
+rel AS (
+    UPDATE {JOB} c SET
+        waiting_for = CASE WHEN c.waiting_for > lk.n THEN c.waiting_for - lk.n ELSE 0 END,
+        state = CASE WHEN c.waiting_for <= lk.n THEN {pending} ELSE c.state END,
+        run_after = CASE WHEN c.waiting_for <= lk.n THEN now() ELSE c.run_after END
+    FROM lk WHERE c.id = lk.id AND c.state = {scheduled}
+    RETURNING c.id, c.state, c.node_name, c.workflow_id
+),
+cnt AS (
+    INSERT INTO {COUNTER} (name, value)
+    SELECT x.name, x.n FROM (SELECT {counts} FROM done) a,
+        LATERAL (VALUES {named}) x(name, n)
+    WHERE x.n > 0
+),
+-- Released continuations are due now: wake idle workers (delivered at commit).
+woke AS (SELECT pg_notify('{NOTIFY_CHANNEL}', '')
+         FROM (SELECT 1 FROM rel WHERE state = {pending} LIMIT 1) AS any_rel),
+-- Released batch callbacks, to be given their batch's counts (engine.give_batch_counts).
+cb AS (SELECT array_agg(id) AS ids, array_agg(workflow_id) AS batches FROM rel
+       WHERE state = {pending} AND node_name IN ({sql_in(BATCH_CALLBACKS)}))
+SELECT job_id, final_state, (SELECT count(*) FROM woke) AS woken, cb.ids, cb.batches
+FROM done, cb
+"""
+
+
+def finish_document(chunk: list[Finish]) -> str:
+    names = [name for name, _ in FINISH_FIELDS]
+    rows = []
+    for r in chunk:
+        job_id, lease_id, *rest = r.values()
+        rows.append(
+            dict(
+                zip(
+                    names,
+                    (
+                        str(job_id),
+                        str(lease_id),
+                        *rest,
+                        r.outcome,
+                        r.worker_id,
+                        r.started_at.isoformat() if r.started_at else None,
+                        r.finished_at.isoformat() if r.finished_at else None,
+                    ),
+                    strict=True,
+                )
+            )
+        )
+    return json.dumps(rows, separators=(",", ":"))

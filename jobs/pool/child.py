@@ -1,0 +1,107 @@
+"""An executor process: its entry point, and the watchdog that ends it when it must not go on.
+
+Through the slots of a shared status array the child shows which jobs it has started and
+since when (jobs.executor_loop): deadlines are enforced from outside, and after a crash the
+worker knows which jobs were running (failed attempts) and which it never started.
+"""
+
+import functools
+import os
+import signal
+import threading
+import time
+from multiprocessing import forkserver
+
+from ..executor_loop import ExecutorLoop, lease_holds
+from .wire import _dumps, _job_codec, _ran_codec
+
+# How often the child checks that its worker is alive and its job's lease still holds.
+WATCH_INTERVAL = 0.05
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _die_with_parent() -> int:
+    """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
+
+    An executor that outlived its worker would run on while another worker recovers its jobs:
+    the same job twice at the same time. The parent is the fork server, which exits as soon as
+    the worker is gone (once no process holds the worker's end of its "alive" pipe: the
+    executor closes its copy here). Returns the parent's pid for the fallback check.
+    """
+    alive = forkserver._forkserver._forkserver_alive_fd
+    if alive is not None:
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+        forkserver._forkserver._forkserver_address = None
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the watchdog's parent check still applies
+    if os.getppid() != parent:
+        os._exit(70)  # the worker died before the kernel was told
+    return parent
+
+
+def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
+    """Entry point of an executor process."""
+    # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
+    # process group must not kill a job half-way. The signals were blocked since birth.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    parent = _die_with_parent()
+    if settings_module:
+        os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+    import django
+    from django.apps import apps
+
+    if not apps.ready:  # the fork server could not set Django up; the error shows here
+        django.setup()
+    from django.db import connections
+
+    from ..reports import start_live_writer
+
+    start_live_writer()
+    executor = ExecutorLoop(
+        conn,
+        status,
+        taking,
+        stop_flag,
+        worker_id,
+        codecs=(_job_codec(), _ran_codec()),
+        dumps=_dumps,
+        tidy=functools.partial(_tidy_connections, connections),
+    )
+
+    def watchdog():
+        while True:
+            time.sleep(WATCH_INTERVAL)
+            if os.getppid() != parent:
+                os._exit(70)  # the worker (or its fork server) is gone; others recover its jobs
+            for running in list(executor.running.values()):
+                if not lease_holds(running, status):
+                    # The worker stalled and could not renew: another worker may recover this
+                    # job any moment, and it must not run in two places at once.
+                    os._exit(75)
+            executor.watch_loop()
+
+    threading.Thread(target=watchdog, name="executor-watchdog", daemon=True).start()
+    try:
+        executor.serve()
+    except (BrokenPipeError, EOFError, OSError):
+        return  # the worker is gone
+    finally:
+        connections.close_all()
+
+
+def _tidy_connections(connections):
+    """Drop connections a task broke, so the next job starts with a working one."""
+    for conn in connections.all(initialized_only=True):
+        if conn.in_atomic_block:
+            # A task left a transaction open; do not let it leak into the next job.
+            conn.close()
+        elif conn.errors_occurred and conn.connection is not None and not conn.is_usable():
+            conn.close()

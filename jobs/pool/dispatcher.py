@@ -1,0 +1,201 @@
+"""The dispatcher: the jobs claimed and ready to go out, and which executor each goes to.
+
+Only the dispatcher changes which jobs are ready; the worker and the supervisor ask it.
+"""
+
+import time
+from collections import deque
+
+# Dispatch: a job waits behind another in an executor only when both are known short.
+SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "short"
+PREFETCH_BUDGET = 0.02  # seconds of short work that may wait behind an executor's current job
+MAX_PREFETCH = 64  # jobs that may wait behind an executor's current job
+SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
+
+
+class Dispatcher:
+    """Hands claimed jobs to executors: a sync job to an idle one, or behind known-short sync
+    jobs only; a coroutine to an executor holding no sync job and a free async slot.
+
+    A job that can start nowhere now is handed back (see `dispatch`), so a job the database
+    shows as running is running, or starts within a dispatch round trip.
+    """
+
+    def __init__(self, executors):
+        self.executors = executors
+        self.ready = deque()
+        self.seq = 0
+        # task path -> [average attempt seconds (EWMA), attempts seen]
+        self.durations: dict[str, list] = {}
+        # Average of recent attempts of any sync task: how much to claim ahead.
+        self.recent = 0.02
+        # task path -> whether it is an async def task (run as a coroutine)
+        self.coroutine_tasks: dict[str, bool] = {}
+        # Share of coroutines among recent claims (EWMA): which slots a claim can expect to
+        # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
+        # are sized for sync jobs (never more than can start) until coroutines are seen.
+        self.async_share = 0.0
+
+    def is_coroutine(self, task_path: str) -> bool:
+        known = self.coroutine_tasks.get(task_path)
+        if known is None:
+            from ..runner import is_coroutine_task
+
+            known = self.coroutine_tasks[task_path] = is_coroutine_task(task_path)
+        return known
+
+    def add(self, claimed):
+        """A job just claimed: ready to go out."""
+        coroutine = 1.0 if self.is_coroutine(claimed.task_path) else 0.0
+        self.async_share = 0.8 * self.async_share + 0.2 * coroutine
+        self.ready.append(claimed)
+
+    def put_back(self, jobs):
+        """Jobs taken back from an executor that never started them: first in line again, in
+        their order."""
+        self.ready.extendleft(reversed(jobs))
+
+    def withdraw(self, claimed) -> bool:
+        """Take a ready job out of line (cancelled, or its lease lost); False if not waiting."""
+        if claimed not in self.ready:
+            return False
+        self.ready.remove(claimed)
+        return True
+
+    def take_all(self) -> list:
+        """Every job waiting to go out, taken out of line (the worker stops)."""
+        jobs = list(self.ready)
+        self.ready.clear()
+        return jobs
+
+    def can_begin(self) -> int:
+        """How many more jobs could begin at once: idle executors not already spoken for."""
+        return sum(1 for e in self.executors if e.idle and not e.broken) - len(self.ready)
+
+    def prefetching(self) -> bool:
+        """Whether sync jobs wait behind a running one somewhere (the loop looks again within
+        the prefetch budget)."""
+        return any(len(e.inflight) > 1 and not e.coroutines for e in self.executors)
+
+    def observe(self, task_path: str, duration: float):
+        duration = max(duration, 0.0)
+        seen = self.durations.get(task_path)
+        if seen is None:
+            self.durations[task_path] = [duration, 1]
+        else:
+            seen[0] = 0.8 * seen[0] + 0.2 * duration
+            seen[1] += 1
+        if not self.coroutine_tasks.get(task_path):
+            self.recent = 0.9 * self.recent + 0.1 * duration
+
+    def short_estimate(self, task_path: str) -> float | None:
+        """The expected seconds of an attempt of a task known to be short, else None."""
+        seen = self.durations.get(task_path)
+        if seen is None or seen[1] < SEEN_BEFORE_SHORT or seen[0] >= SHORT_JOB:
+            return None
+        return seen[0]
+
+    def _prefetch(self) -> int:
+        if self.recent >= SHORT_JOB:
+            return 0
+        return min(MAX_PREFETCH, int(PREFETCH_BUDGET / max(self.recent, 1e-5)))
+
+    def room(self) -> int:
+        """How many more jobs could start now or queue behind known-short ones: the sync and
+        async room weighed by the recent share of coroutines."""
+        prefetch = self._prefetch()
+        free = free_async = 0
+        for e in self.executors:
+            if e.broken:
+                continue
+            if e.idle:
+                free += 1 + prefetch
+            elif prefetch and e.only_short():
+                free += max(0, 1 + prefetch - len(e.inflight))
+            free_async += e.free_async_slots()
+        return self._blend(free, free_async) - len(self.ready)
+
+    def total_capacity(self) -> int:
+        return self._blend(
+            (1 + self._prefetch()) * len(self.executors),
+            sum(e.async_slots for e in self.executors),
+        )
+
+    def has_free_place(self) -> bool:
+        """Whether a claimed job can start now without waiting for a batch's worth of room:
+        an executor is idle, or (when most jobs are coroutines) has a free async slot, since
+        coroutines free their slots one by one."""
+        coroutines = self.async_share >= 0.5
+        return any(
+            not e.broken and (e.idle or (coroutines and e.free_async_slots()))
+            for e in self.executors
+        )
+
+    def _blend(self, sync: int, coroutines: int) -> int:
+        return round(self.async_share * coroutines + (1 - self.async_share) * sync)
+
+    def _coroutine_target(self):
+        fits = [e for e in self.executors if e.free_async_slots() > 0]
+        return min(fits, key=lambda e: len(e.inflight), default=None)
+
+    def _target(self, estimate):
+        idle = next((e for e in self.executors if e.idle and not e.broken), None)
+        if idle is not None or estimate is None:
+            return idle
+        fits = [
+            e
+            for e in self.executors
+            if not e.broken
+            and e.only_short()
+            and len(e.inflight) <= MAX_PREFETCH
+            and e.queued_seconds() + estimate <= PREFETCH_BUDGET
+        ]
+        return min(fits, key=lambda e: len(e.inflight), default=None)
+
+    def dispatch(self) -> list:
+        """Send what can start; return the claimed jobs that must be handed back unstarted.
+
+        Jobs go out in claim (priority) order. One that fits nowhere — no executor is idle,
+        and no executor runs only known-short jobs that will be done within the prefetch
+        budget — is handed back rather than left waiting in `running`.
+        """
+        waiting = deque()
+        sync_full = async_full = False  # a job of that kind found no place: nor will the next
+        while self.ready and not (sync_full and async_full):
+            claimed = self.ready.popleft()
+            coroutine = self.is_coroutine(claimed.task_path)
+            estimate = target = None
+            if coroutine and not async_full:
+                target = self._coroutine_target()
+                async_full = target is None
+            elif not coroutine and not sync_full:
+                # A job under a rate limit must begin at once (jobs.limits): never queued behind.
+                estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
+                target = self._target(estimate)
+                sync_full = target is None
+            if target is None:
+                waiting.append(claimed)
+                continue
+            self.seq += 1
+            target.send(self.seq, claimed, estimate, coroutine)
+        waiting.extend(self.ready)
+        self.ready = waiting
+        for executor in self.executors:
+            executor.flush()
+        if not self.ready:
+            return []
+        now = time.monotonic()
+        if any(self._drains_soon(e, now) for e in self.executors):
+            # An executor runs only known-short jobs, none of them late: it is free within the
+            # prefetch budget, so what waits here starts within the dispatch round trip.
+            return []
+        give_back = list(self.ready)
+        self.ready.clear()
+        return give_back
+
+    @staticmethod
+    def _drains_soon(executor, now) -> bool:
+        if executor.broken or not executor.only_short():
+            return False
+        running = executor.running()
+        return running is None or now - running[1] <= PREFETCH_BUDGET

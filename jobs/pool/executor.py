@@ -1,0 +1,280 @@
+"""The worker's handle on one executor process.
+
+The child sends each outcome back the moment the attempt ends, before it gives back the
+job's slot, so an outcome is never held where a crash can lose it. An executor runs one sync
+job at a time, or up to `async_slots` coroutines of `async def` tasks on one event loop
+(jobs.executor_loop), never both at once.
+"""
+
+import multiprocessing
+import pickle
+import signal
+import time
+from multiprocessing import forkserver, resource_tracker
+
+from ..executor_loop import LEASES, RELEASE_UP_TO, TAKEN, new_status, started_jobs
+from .child import STOP_SIGNALS, child_main
+from .wire import SEND_EVERY, Channel, _dumps, _job_codec, _ran_codec
+
+# Seconds a closing executor is given to take the rest of what was written to it.
+CLOSE_TIMEOUT = 2.0
+
+
+def mp_context():
+    # Executors are forked from a fork server that has Django set up (jobs.forkserver), not
+    # spawned: each one shares that memory instead of importing Django again. The fork server
+    # is a fresh process, so no database connection or worker thread is ever forked.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["jobs.forkserver"])
+    return ctx
+
+
+class StopFlag:
+    """Set once by the worker when it stops; its executors read it before every job.
+
+    Shared memory, not a multiprocessing Event: reading it takes no lock and no system call.
+    """
+
+    def __init__(self):
+        self._value = mp_context().RawValue("b", 0)
+
+    def set(self):
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+
+class StoppedBeforeStart(Exception):
+    """The worker was asked to stop before this executor could start; it was not started."""
+
+
+class Executor:
+    """The worker's handle on one child process."""
+
+    def __init__(
+        self, index: int, worker_id: str, stop_flag, settings_module: str | None, async_slots=1
+    ):
+        ctx = mp_context()
+        self.index = index
+        self.async_slots = async_slots
+        self.conn, child_conn = ctx.Pipe()
+        # Its slots are named in jobs.executor_loop (FIRST_SEQ, LEASES, TAKEN...).
+        self.status = ctx.RawArray("d", new_status(async_slots))
+        # Held by the child while it takes the next job, and by the worker while it takes
+        # back the jobs waiting here: a job is either started by the child or taken back.
+        self.taking = ctx.Lock()
+        self.process = ctx.Process(
+            target=child_main,
+            args=(child_conn, self.status, self.taking, stop_flag, worker_id, settings_module),
+            name=f"jobsite-executor-{index}",
+            daemon=True,
+        )
+        # The child is born with SIGINT and SIGTERM blocked and ignores them before it
+        # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
+        # while it boots stays with the worker, which stops its executors in order.
+        # multiprocessing unblocks both signals after starting its resource tracker, so that
+        # one is started first. The fork server is started with them blocked too: it keeps
+        # that mask for good (a group signal must not take it, and with it its executors,
+        # down), and every executor it forks is born with it.
+        resource_tracker.ensure_running()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            if stop_flag.is_set():  # checked with the signals held off: no race
+                child_conn.close()
+                self.conn.close()
+                raise StoppedBeforeStart
+            forkserver.ensure_running()
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        child_conn.close()
+        self.channel = Channel(self.conn)
+        # Outcomes read while closing, handed over by the next `receive`.
+        self._received: list = []
+        # seq -> Claimed, in the order sent; the child runs them in this order.
+        self.inflight: dict[int, object] = {}
+        # seq -> estimated seconds of a known-short job here; None for any other job.
+        self.estimates: dict[int, float | None] = {}
+        # seqs of the jobs in flight here that are coroutines (async def tasks).
+        self.coroutines: set[int] = set()
+        self._queued = 0.0  # sum of the known estimates
+        self._unknown = 0  # jobs here not known to be short
+        # The pipe failed: the child is gone or going. The worker replaces it.
+        self.broken = False
+        # Outcomes received: an executor that dies before its first one counts towards a
+        # crash streak, which slows down restarts.
+        self.completed = 0
+
+    def leases_hold_until(self, moment: float):
+        self.status[LEASES] = moment
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    @property
+    def sentinel(self):
+        return self.process.sentinel
+
+    @property
+    def idle(self) -> bool:
+        return not self.inflight
+
+    def only_short(self) -> bool:
+        return not self._unknown
+
+    def holds_sync(self) -> bool:
+        """Whether a sync job is in flight here (then no coroutine may join it)."""
+        return len(self.coroutines) < len(self.inflight)
+
+    def free_async_slots(self) -> int:
+        if self.broken or self.holds_sync():
+            return 0
+        return max(0, self.async_slots - len(self.inflight))
+
+    def queued_seconds(self) -> float:
+        return self._queued
+
+    def _forget(self, seq):
+        if seq in self.estimates:
+            old = self.estimates.pop(seq)
+            if old is None:
+                self._unknown -= 1
+            else:
+                self._queued -= old
+
+    def _remember(self, seq, estimate):
+        self._forget(seq)
+        self.estimates[seq] = estimate
+        if estimate is None:
+            self._unknown += 1
+        else:
+            self._queued += estimate
+
+    def send(self, seq: int, claimed, estimate: float | None, coroutine=False):
+        """Hand over one job. A job for an idle child goes out at once; jobs queued behind
+        another go out SEND_EVERY at a time, and the rest when the dispatch round ends
+        (`flush`): one write for several jobs."""
+        idle = not self.inflight
+        self.inflight[seq] = claimed
+        self._remember(seq, estimate)
+        if coroutine:
+            self.coroutines.add(seq)
+        self.channel.queue(_dumps((seq, *_job_codec().flat(claimed))))
+        if idle or self.channel.queued >= SEND_EVERY:
+            self.flush()
+
+    @property
+    def unsent(self) -> bool:
+        """Bytes wait for the pipe to take them: the worker's loop waits for it to be writable."""
+        return self.channel.unsent
+
+    def flush(self):
+        """Write what the pipe takes now of the jobs sent here (the rest waits in `unsent`); a
+        broken pipe marks it broken (the jobs in flight here are then settled as for a crash)."""
+        try:
+            self.channel.flush()
+        except OSError:  # BrokenPipeError included
+            self.broken = True
+
+    def cancel(self, seq: int):
+        """Ask the child to cancel the coroutine of job `seq` (its outcome comes back as for
+        any job)."""
+        self.channel.queue(_dumps((-seq,)))
+        self.flush()
+
+    def take_back_waiting(self) -> list:
+        """Take back the jobs sent here that the child has not started, in order; the child
+        will answer "released" for them and start none of them."""
+        if not self.inflight:
+            return []
+        with self.taking:
+            taken = self.status[TAKEN]
+            self.status[RELEASE_UP_TO] = float(max(self.inflight))
+        back = [seq for seq in self.inflight if seq > taken]
+        running = self.running()
+        if running is not None:
+            self._remember(running[0], None)  # not short after all: nothing queues behind it
+        return [self.take(seq) for seq in sorted(back)]
+
+    def take(self, seq: int):
+        """The job `seq` is settled: no longer in flight here."""
+        self._forget(seq)
+        self.coroutines.discard(seq)
+        return self.inflight.pop(seq, None)
+
+    def clear(self):
+        self.inflight.clear()
+        self.coroutines.clear()
+        self.estimates.clear()
+        self._queued, self._unknown = 0.0, 0
+
+    def receive(self) -> list:
+        """Every (seq, Ran) the child has sent so far; marks the executor broken at EOF."""
+        results, self._received = self._received, []
+        try:
+            for message in self.channel.read():
+                seq, *values = pickle.loads(message)
+                results.append((seq, _ran_codec().build(values)))
+                self.completed += 1
+        except pickle.UnpicklingError:
+            self.broken = True
+        if self.channel.closed:
+            self.broken = True
+        return results
+
+    def running(self):
+        """(seq, started_monotonic) of the job running now, or None (of the oldest of the
+        coroutines running here)."""
+        started = self.started()
+        if not started:
+            return None
+        seq = min(started)
+        return seq, started[seq]
+
+    def started(self) -> dict[int, float]:
+        """seq -> started_monotonic of every job in flight here that the child has started."""
+        return {seq: at for seq, at in started_jobs(self.status).items() if seq in self.inflight}
+
+    def alive(self):
+        return self.process.is_alive()
+
+    def kill(self) -> list:
+        """Stop the child at once; returns the outcomes it had already sent."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        results = self.receive()
+        self.conn.close()
+        return results
+
+    def close(self, timeout: float = CLOSE_TIMEOUT):
+        """Ask the child to exit once it has answered what it was sent.
+
+        What the pipe does not take at once is written for up to `timeout` seconds, reading
+        the child's outcomes meanwhile (kept for the next `receive`), so that neither side
+        waits on the other; a child still not told by then is killed by the caller.
+        """
+        self.channel.queue(_dumps(None))
+        deadline = time.monotonic() + timeout
+        while not self.broken:
+            self.flush()
+            left = deadline - time.monotonic()
+            if not self.unsent or left <= 0:
+                return
+            if self.channel.wait(min(left, 0.05)):
+                self._received += self.receive()
+
+    def exit_description(self) -> str:
+        """How the child ended, in words: "was killed by SIGSEGV", "exited with code 3"."""
+        code = self.process.exitcode
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        return f"exited with code {code}"

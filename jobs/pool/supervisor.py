@@ -1,0 +1,327 @@
+"""Executor supervision: starting the worker's executors, and stopping and replacing them.
+
+An executor is stopped when it died (a crash), when a job in it ran past its deadline or past
+its cancel's grace, when the worker lost a job's lease, or when the worker shuts down. Every
+stop settles that executor's jobs the same way (`_stop`): the outcomes it had sent count, the
+jobs it had started end from outside, the others were never started and may run elsewhere.
+Restarts of an executor that keeps dying before it finishes a job slow down.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from .. import outcome as oc
+from ..errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
+from ..errortext import for_log
+from ..outcome import RanKind
+from .dispatcher import PREFETCH_BUDGET, Dispatcher
+from .executor import Executor, StopFlag, StoppedBeforeStart
+
+logger = logging.getLogger(__name__)
+
+# Restarts of an executor that keeps dying before it finishes a job slow down: the first
+# CRASH_STREAK_FREE restarts are immediate, then the delay doubles from RESTART_DELAY up to
+# MAX_RESTART_DELAY.
+CRASH_STREAK_FREE = 2
+RESTART_DELAY = 0.25
+MAX_RESTART_DELAY = 10.0
+
+
+@dataclass
+class Held:
+    """A job the worker has claimed and not yet finished."""
+
+    claimed: object
+    cancel_requested_at: float | None = None  # monotonic
+    cancel_sent: bool = False  # a coroutine's cancel went to its executor
+
+
+@dataclass
+class Stopped:
+    """The jobs of a stopped executor, sorted out (see `Supervisor._stop`)."""
+
+    # (claimed, Ran) the child had sent before it went: they count, nothing re-runs.
+    answered: list = field(default_factory=list)
+    # (claimed, Ran) of the jobs it had started, ended from outside.
+    cut_short: list = field(default_factory=list)
+    # Jobs it never started, in order: they may run elsewhere.
+    unstarted: list = field(default_factory=list)
+
+
+class Supervisor:
+    """Keeps `concurrency` executors running for a worker.
+
+    `held` is the worker's own map of the jobs it holds (job id -> Held), read here; `settle`
+    is called with the Stopped of each executor stopped.
+    """
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        settings_module: str | None,
+        async_slots: int,
+        cancel_grace: float,
+        held: dict,
+        settle: Callable[[Stopped], None],
+    ):
+        self.worker_id = worker_id
+        self.settings_module = settings_module
+        self.async_slots = async_slots
+        self.cancel_grace = cancel_grace
+        self.held = held
+        self.settle = settle
+        self.executors: list[Executor] = []
+        self.dispatcher = Dispatcher(self.executors)
+        # Set when the worker stops; its executors read it before every job.
+        self.stop_flag = StopFlag()
+        # The worker is stopping: no executor is started or restarted.
+        self.stopping = False
+        self.leases_hold_until = 0.0
+        # executor index -> monotonic time its replacement may start (after crashes)
+        self.restarts: dict[int, float] = {}
+        self.crash_streaks: dict[int, int] = {}
+
+    # --- starting ---------------------------------------------------------------------------
+
+    def start_all(self, concurrency: int):
+        for index in range(concurrency):
+            self._start(index)
+
+    def _start(self, index):
+        """Start executor `index`, unless the worker is stopping (then it stays down)."""
+        if self.stopping:
+            return
+        try:
+            executor = Executor(
+                index,
+                self.worker_id,
+                self.stop_flag,
+                self.settings_module,
+                async_slots=self.async_slots,
+            )
+        except StoppedBeforeStart:
+            return
+        executor.leases_hold_until(self.leases_hold_until)
+        self.executors.append(executor)
+
+    def start_due(self, now):
+        """Start the replacements whose crash back-off is over."""
+        for index, due in list(self.restarts.items()):
+            if self.stopping:
+                self.restarts.clear()
+                return
+            if now >= due:
+                del self.restarts[index]
+                self._start(index)
+
+    def leases_renewed(self, until: float):
+        """Every lease the worker holds is sure to hold until `until` (monotonic)."""
+        self.leases_hold_until = until
+        for executor in self.executors:
+            executor.leases_hold_until(until)
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def died(self, executor):
+        """An executor's process is gone or its pipe broke: its started jobs crashed."""
+        # Reap it first, so that its exit code (or signal) is known.
+        results = executor.kill()
+        how = executor.exit_description()
+        started = [executor.inflight[seq] for seq in sorted(executor.started())]
+        job = ""
+        if len(started) == 1:
+            job = f" running job {started[0].id} ({for_log(started[0].task_path)})"
+        elif started:
+            job = f" running {len(started)} jobs"
+        logger.error("executor process %s %s%s", executor.pid, how, job)
+        self._stop(
+            executor,
+            failure=ExecutorCrashed(f"the process running the job {how}"),
+            kind=RanKind.CRASHED,
+            results=results,
+            crashed=True,
+        )
+
+    def abandon(self, claimed):
+        """The worker lost the lease of `claimed`: it must not start or go on with it."""
+        if self.dispatcher.withdraw(claimed):
+            return
+        for executor in list(self.executors):
+            for seq, inflight in list(executor.inflight.items()):
+                if inflight is claimed:
+                    # The job belongs to whoever recovered it. Stop its executor; the other
+                    # jobs there go back in line.
+                    executor.take(seq)
+                    self._stop(executor, failure=WorkerLost("lease lost"))
+                    return
+
+    def shutdown(self):
+        """Stop every executor: each first answers what it was sent, within its close timeout;
+        jobs still running then are interrupted."""
+        self.stopping = True
+        self.stop_flag.set()
+        self.restarts.clear()
+        for executor in self.executors:
+            executor.close()  # in order: each exits once it has answered what it holds
+        for executor in list(self.executors):
+            if not executor.started():
+                executor.process.join(2)
+            self._stop(
+                executor,
+                failure=WorkerShutdown("the worker shut down before the job finished"),
+                kind=RanKind.INTERRUPTED,
+            )
+
+    def _stop(
+        self, executor, *, failure, kind=RanKind.ERROR, culprit=None, results=None, crashed=False
+    ):
+        """Stop an executor and settle its jobs: those it had started end with `failure` (only
+        the job `culprit` when given: the others it had started fail as ExecutorCrashed), those
+        it never started go to `settle` as unstarted; then start a new executor, unless the
+        worker is stopping."""
+        if results is None:
+            results = executor.kill()
+        stopped = Stopped()
+        for seq, ran in results:
+            claimed = executor.take(seq)
+            if claimed is not None:
+                stopped.answered.append((claimed, ran))
+        started = executor.started()  # read once the child is gone: final
+        beside = executor.inflight.get(culprit)
+        for seq, claimed in sorted(executor.inflight.items()):
+            if claimed.id not in self.held:
+                continue  # already settled (timed out, abandoned)
+            if seq not in started:
+                stopped.unstarted.append(claimed)
+                continue
+            ago = max(0.0, time.monotonic() - started[seq])
+            why, how = failure, kind
+            if beside is not None and seq != culprit:
+                why = ExecutorCrashed(
+                    f"its executor was stopped to stop job {beside.id} beside it ({failure})"
+                )
+                how = RanKind.CRASHED
+            ran = oc.failure_from_outside(
+                claimed,
+                why,
+                kind=how,
+                worker_id=self.worker_id,
+                started_at=oc.now() - timedelta(seconds=ago),
+            )
+            stopped.cut_short.append((claimed, ran))
+        executor.clear()
+        self.executors.remove(executor)
+        self.settle(stopped)
+        if not self.stopping:
+            self._restart(executor, crashed)
+
+    def _restart(self, executor, crashed):
+        index = executor.index
+        streak = 0
+        if crashed:
+            streak = self.crash_streaks.get(index, 0) + 1 if executor.completed == 0 else 1
+        self.crash_streaks[index] = streak
+        if streak > CRASH_STREAK_FREE:
+            delay = min(MAX_RESTART_DELAY, RESTART_DELAY * 2 ** (streak - CRASH_STREAK_FREE - 1))
+            logger.warning(
+                "executor %d died %d times in a row before finishing a job; "
+                "starting the next one in %.2fs",
+                index,
+                streak,
+                delay,
+            )
+            self.restarts[index] = time.monotonic() + delay
+        else:
+            self._start(index)
+
+    # --- deadlines --------------------------------------------------------------------------
+
+    def deadline(self, claimed) -> float | None:
+        """When (monotonic) a started job past its timeout is stopped from outside: at its
+        timeout for a sync job; a coroutine, cancelled in its executor at its timeout, gets
+        the cancel grace on top to unwind."""
+        if not claimed.timeout or claimed.began is None:
+            return None
+        coroutine = self.dispatcher.is_coroutine(claimed.task_path)
+        return claimed.began + claimed.timeout + (self.cancel_grace if coroutine else 0)
+
+    def enforce_deadlines(self, now):
+        for executor in list(self.executors):
+            started = executor.started()
+            if not started:
+                continue
+            if executor.coroutines:
+                self._enforce_coroutine_deadlines(executor, started, now)
+                continue
+            seq = min(started)
+            if len(executor.inflight) > 1 and now - started[seq] > PREFETCH_BUDGET:
+                # A job thought short runs long: the jobs waiting behind it go elsewhere.
+                self.dispatcher.put_back(executor.take_back_waiting())
+            self._stop_if_overdue(executor, seq, started[seq], now)
+
+    def _enforce_coroutine_deadlines(self, executor, started, now):
+        for seq, began in sorted(started.items()):
+            held = self.held.get(executor.inflight[seq].id)
+            if held and held.cancel_requested_at is not None and not held.cancel_sent:
+                executor.cancel(seq)  # the coroutine alone; it answers as cancelled
+                held.cancel_sent = True
+            if self._stop_if_overdue(executor, seq, began, now):
+                return
+
+    def _stop_if_overdue(self, executor, seq, began, now) -> bool:
+        """Stop the executor of job `seq` if that job ran past its deadline or past its
+        cancel's grace; True if it did."""
+        claimed = executor.inflight[seq]
+        claimed.began = began
+        held = self.held.get(claimed.id)
+        deadline = self.deadline(claimed)
+        if deadline is not None and now > deadline:
+            logger.warning(
+                "job %s (%s) ran past its %gs timeout: stopping it",
+                claimed.id,
+                for_log(claimed.task_path),
+                claimed.timeout,
+            )
+            failure = JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+        elif (
+            held
+            and held.cancel_requested_at is not None
+            and now - held.cancel_requested_at > self.cancel_grace
+        ):
+            logger.warning(
+                "job %s (%s) did not stop within %gs of its cancel: stopping it",
+                claimed.id,
+                for_log(claimed.task_path),
+                self.cancel_grace,
+            )
+            failure = JobCancelled("cancelled by an operator")
+        else:
+            return False
+        self._stop(executor, culprit=seq, failure=failure)
+        return True
+
+    def wait_limit(self, now, timeout: float) -> float:
+        """`timeout` cut to the next moment something here is due: a deadline, a look at
+        prefetched jobs, a restart."""
+        for held in self.held.values():
+            deadline = self.deadline(held.claimed)
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
+        if self.dispatcher.prefetching():
+            timeout = min(timeout, PREFETCH_BUDGET)
+        if self.restarts and not self.stopping:
+            timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
+        return timeout
+
+    def free_slots(self) -> dict:
+        """What the console shows of this worker's room: executors free for a sync job, and
+        free coroutine slots."""
+        live = [e for e in self.executors if not e.broken]
+        return {
+            "free_sync_slots": sum(1 for e in live if e.idle),
+            "free_async_slots": sum(e.free_async_slots() for e in live),
+        }

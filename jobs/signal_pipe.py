@@ -1,0 +1,44 @@
+"""How a stop signal reaches the worker's loop: its handler runs, and the loop's wait wakes.
+
+The signal module writes a byte to a socket the loop also waits on (set_wakeup_fd), so a
+signal never waits for the loop's timeout.
+"""
+
+import signal
+import socket
+from multiprocessing.connection import wait
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class SignalPipe:
+    def __init__(self):
+        self.read_end, self.write_end = socket.socketpair()
+        self.read_end.setblocking(False)
+        self.write_end.setblocking(False)
+        self.previous = {}  # signal -> the handler before ours, put back by `restore`
+
+    def fileno(self) -> int:
+        return self.read_end.fileno()
+
+    def install(self, handler):
+        signal.set_wakeup_fd(self.write_end.fileno(), warn_on_full_buffer=False)
+        for sig in STOP_SIGNALS:
+            self.previous[sig] = signal.signal(sig, handler)
+
+    def restore(self):
+        signal.set_wakeup_fd(-1)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def drain(self):
+        try:
+            while self.read_end.recv(512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def sleep(self, seconds):
+        """Wait `seconds`, or less if a signal comes."""
+        if wait([self.read_end], seconds):
+            self.drain()

@@ -1,0 +1,101 @@
+"""What a worker logs of its claims and of how each attempt ended."""
+
+import logging
+import time
+
+from . import logformat
+from .errortext import for_log
+from .states import AttemptOutcome, JobState
+
+# Under the worker's name, where these lines always were (a project's LOGGING may name it).
+logger = logging.getLogger("jobs.worker")
+
+# The level each outcome is logged at. A job handed back unstarted is routine while running
+# (a prefetched job found no free executor), notable (INFO) only when a stopping worker hands
+# its claims back.
+FINISH_LOG_LEVELS = {
+    JobState.SUCCEEDED: logging.DEBUG,
+    JobState.RETRYING: logging.WARNING,
+    JobState.DEAD_LETTER: logging.ERROR,
+    JobState.CANCELLED: logging.WARNING,
+    JobState.PENDING: logging.DEBUG,
+}
+
+
+class WorkerLog:
+    def __init__(self, log_format: str):
+        # "json": every finished attempt is logged (successes at INFO), as jobs.logformat writes.
+        self.json = log_format == "json"
+        self.unlogged_claims = 0
+        self.last_claim_log = 0.0
+
+    def claims(self, claimed):
+        """One line per claim, or one summary a second when claims come thick and fast."""
+        now = time.monotonic()
+        self.unlogged_claims += len(claimed)
+        if not self.unlogged_claims or now - self.last_claim_log < 1.0:
+            return
+        if self.unlogged_claims == 1 and claimed:
+            c = claimed[0]
+            logger.info(
+                "claimed %s (job %s, attempt %d/%d)",
+                for_log(c.task_path),
+                c.id,
+                c.attempt,
+                c.max_attempts,
+            )
+        else:
+            logger.info("claimed %d jobs", self.unlogged_claims)
+        self.unlogged_claims, self.last_claim_log = 0, now
+
+    def finish(self, f, claimed, *, stopping: bool):
+        level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)
+        if f.state == JobState.PENDING and stopping:
+            level = logging.INFO
+        if f.state == JobState.SUCCEEDED and self.json:
+            level = logging.INFO
+        if not logger.isEnabledFor(level):
+            return  # the usual success: nothing to escape or format
+        path = for_log(claimed.task_path) if claimed else "?"
+        attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
+        error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
+        extra = logformat.finish_fields(f, claimed)
+        if f.state == JobState.SUCCEEDED:
+            logger.log(
+                level, "job %s (%s) succeeded on attempt %s", f.job_id, path, attempt, extra=extra
+            )
+        elif f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
+            logger.info(
+                "job %s (%s) interrupted by the worker's shutdown on attempt %s; back in line, "
+                "the attempt given back",
+                f.job_id,
+                path,
+                attempt,
+                extra=extra,
+            )
+        elif f.state == JobState.RETRYING:
+            logger.warning(
+                "job %s (%s) failed attempt %s: %s; retrying in %.1fs",
+                f.job_id,
+                path,
+                attempt,
+                error,
+                f.delay,
+                extra=extra,
+            )
+        elif f.state == JobState.DEAD_LETTER:
+            logger.error(
+                "job %s (%s) dead-lettered (%s) after attempt %s: %s",
+                f.job_id,
+                path,
+                f.reason,
+                attempt,
+                error,
+                extra=extra,
+            )
+        elif f.state == JobState.CANCELLED:
+            logger.warning("job %s (%s) cancelled while running", f.job_id, path, extra=extra)
+        elif f.state == JobState.PENDING and f.snoozed:
+            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay, extra=extra)
+        elif f.state == JobState.PENDING:
+            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path, extra=extra)
