@@ -1,0 +1,86 @@
+"""The worker built and driven in the test process (its executors are real child processes)."""
+
+import pytest
+from django.db import connection
+
+from jobs.models import Job, WorkerNode
+from jobs.states import JobState
+from jobs.worker import Worker, WorkerConfig
+from tests import tasks
+from tests.conftest import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run_in_process(monkeypatch):
+    """Run a Worker here until it stops by itself; returns it."""
+    # The executors set Django up as a worker subprocess does: the project's settings, the
+    # test database.
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "jobsite.settings")
+    _stop_fork_server()  # one started before would carry another environment
+    ran = []
+
+    def run(**options):
+        worker = Worker(WorkerConfig(concurrency=2, **options))
+        worker.exit_code = worker.run()
+        ran.append(worker)
+        return worker
+
+    yield run
+    _stop_fork_server()
+    connection.close()  # it carries the worker's session settings
+
+
+def _stop_fork_server():
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
+def test_a_burst_runs_every_due_job_then_stops(run_in_process):
+    results = [tasks.add.enqueue(i, i) for i in range(5)]
+
+    worker = run_in_process(burst=True)
+
+    assert worker.exit_code == 0
+    jobs = Job.objects.filter(id__in=[r.id for r in results])
+    assert sorted(j.return_value for j in jobs) == [0, 2, 4, 6, 8]
+    assert {j.state for j in jobs} == {JobState.SUCCEEDED}
+    assert worker.processed_total == 5
+    node = WorkerNode.objects.get(id=worker.worker_id)
+    assert node.stopped_at is not None and node.jobs_processed == 5
+
+
+def test_a_failing_job_is_retried_until_it_succeeds(run_in_process):
+    result = tasks.flaky.enqueue("in-process")
+
+    run_in_process(burst=True)
+
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.attempt) == (JobState.SUCCEEDED, 2)
+    assert [a.outcome for a in job.attempts.order_by("number")] == ["failed", "succeeded"]
+
+
+def test_max_jobs_stops_the_worker_with_the_rest_still_due(run_in_process):
+    for i in range(4):
+        tasks.add.enqueue(i, 1)
+
+    worker = run_in_process(max_jobs=2)
+
+    assert worker.claimed_total == 2
+    assert Job.objects.filter(state=JobState.SUCCEEDED).count() == 2
+    assert Job.objects.filter(state=JobState.PENDING).count() == 2
+
+
+def test_an_executor_that_dies_is_replaced_and_its_job_retried(run_in_process):
+    result = tasks.dies_first_attempt.enqueue("in-process-crash")
+
+    worker = run_in_process(burst=True)
+
+    job = Job.objects.get(id=result.id)
+    assert (job.state, job.attempt) == (JobState.SUCCEEDED, 2)
+    first = job.attempts.order_by("number").first()
+    assert (first.outcome, first.error_type) == ("failed", "ExecutorCrashed")
+    assert list(worker.supervisor.crash_streaks.values()) == [1]  # one crash, replaced
