@@ -1,11 +1,14 @@
 """The engine's database layer: one engine per database behind one interface.
 
-    engine.py    the interface, and every statement and rule both databases share
-    postgres.py  PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish,
-                 prepared statements, NOTIFY
-    sqlite.py    SQLite's whole story: its clock functions and its statements
-    columns.py   the columns written by hand, derived from the models
-    records.py   the values crossing the interface (Claimed, Finish, Expired)
+    engine.py        the interface, and every statement and rule both databases share
+    postgres.py      PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish,
+                     prepared statements, NOTIFY
+    sqlite.py        SQLite's whole story: its clock functions and its statements
+    columns.py       the columns written by hand, derived from the models
+    records.py       the values crossing the interface (Claimed, Finish, Expired)
+    clock.py         the clock every machine agrees on (the database's where it has one)
+    search_sql.py    what a search of the jobs asks of each database
+    count_deltas.py  the job counts PostgreSQL's triggers keep
 
 The rest of the engine calls the functions below; each goes to the engine of the default
 connection's database, chosen from its vendor.
@@ -13,6 +16,7 @@ connection's database, chosen from its vendor.
 
 from django.db import connection
 
+from .clock import database_now
 from .engine import Engine
 from .postgres import NOTIFY_CHANNEL, PostgresEngine
 from .records import Claimed, Expired, Finish
@@ -29,6 +33,7 @@ __all__ = [
     "claim_one",
     "compact_counters",
     "configure_worker_session",
+    "database_now",
     "engine",
     "expire_not_after",
     "expired_leases",
