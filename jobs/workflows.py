@@ -196,7 +196,7 @@ def _row(node: Node, checked: set) -> dict:
             raise ValueError(f"unknown task {task.module_path!r}: {e}") from None
         backend.validate_task(task)
         checked.add(id(task))
-    row = backend._row(task, node.args, node.kwargs)
+    row = backend.job_row(task, node.args, node.kwargs)
     node.job_id = row["id"]
     row["node_name"] = node.name
     row["runs_on_upstream_failure"] = node.runs_on_failure
