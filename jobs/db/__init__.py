@@ -1,6 +1,8 @@
 """The engine's database layer: one engine per database behind one interface.
 
     engine.py        the interface, and every statement and rule both databases share
+    run_after.py     its statements for jobs that wait for others (continuations, workflows)
+    sql.py           the statements' shared vocabulary: tables, states as SQL, values in and out
     postgres.py      PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish,
                      prepared statements, NOTIFY
     sqlite.py        SQLite's whole story: its clock functions and its statements
