@@ -21,6 +21,7 @@ LATER = frozenset(
         "lease_expires_at",
         "cancel_requested_at",
         "snoozes",
+        "attempts_given_back",
     }
 )
 # Set at enqueue only for a job enqueued already finished (a continuation of a failed parent).

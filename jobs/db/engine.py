@@ -264,6 +264,7 @@ class Engine(RunAfter):
         has_error = "v.error_type <> ''"
         pending = sql_state(JobState.PENDING)
         cancelled = sql_state(JobState.CANCELLED)
+        gives_back = f"v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}"
         return f"""
             state = {state},
             finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
@@ -277,8 +278,10 @@ class Engine(RunAfter):
                                    AND v.snoozed = 0 THEN NULL
                               ELSE {JOB}.started_at END,
             snoozes = {JOB}.snoozes + v.snoozed,
-            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}
-                                THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
+            max_attempts = CASE WHEN {gives_back} THEN {JOB}.max_attempts + 1
+                                ELSE {JOB}.max_attempts END,
+            attempts_given_back = CASE WHEN {gives_back} THEN {JOB}.attempts_given_back + 1
+                                       ELSE {JOB}.attempts_given_back END,
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
                                       THEN v.reason ELSE '' END,
             error_type = CASE WHEN {has_error} THEN v.error_type

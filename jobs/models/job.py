@@ -103,6 +103,9 @@ class Job(models.Model):
     # Attempts given back by Snooze: they do not count toward max_attempts, and an attempt
     # row's number is attempt + snoozes (every run keeps its own row).
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # Attempts handed back because the worker shut down during the last one: each raised
+    # max_attempts by one, so the task's own maximum is max_attempts - attempts_given_back.
+    attempts_given_back = models.PositiveSmallIntegerField(default=0, db_default=0)
     # The last progress a running attempt reported (jobs.reports): {"done", "total", "message",
     # "updated_at", "attempt"}; null until one is reported.
     progress = models.JSONField(null=True, blank=True)
@@ -232,6 +235,11 @@ class Job(models.Model):
     @property
     def is_terminal(self):
         return self.state in TERMINAL
+
+    @property
+    def own_max_attempts(self) -> int:
+        """max_attempts without the attempts given back at worker shutdowns."""
+        return self.max_attempts - self.attempts_given_back
 
 
 class Attempt(models.Model):
