@@ -298,6 +298,17 @@ def test_a_worker_with_a_stale_view_of_the_schedule_fires_nothing(ping):
 
 
 @pytest.mark.django_db
+def test_a_schedule_set_back_by_hand_enqueues_no_fire_time_twice(ping):
+    schedules.tick()
+    rewind("ping", 4)
+    assert schedules.tick().fired
+    enqueued = Job.objects.count()
+    rewind("ping", 4)  # an operator moves last_fire_at back over fire times that had their jobs
+    assert schedules.tick().fired == []
+    assert Job.objects.count() == enqueued
+
+
+@pytest.mark.django_db
 def test_the_database_refuses_a_second_job_for_one_fire_time():
     moment = utc(2026, 1, 1)
     Job.objects.create(task_path="tests.tasks.record", schedule="ping", scheduled_at=moment)
