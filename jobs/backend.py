@@ -133,7 +133,9 @@ class JobsBackend(BaseTaskBackend):
 
     # --- enqueue ----------------------------------------------------------------------------
 
-    def _row(self, task, args, kwargs):
+    def job_row(self, task, args, kwargs) -> dict:
+        """The new job row of one call of `task`, as `db.insert_job` takes it: every enqueue,
+        a workflow's nodes and a schedule's fires build their rows here."""
         args, kwargs = payload.check_arguments(args, kwargs)
         return {
             "id": uuid.uuid4(),
@@ -156,7 +158,7 @@ class JobsBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):
         self.validate_task(task)
-        row = self._row(task, args, kwargs)
+        row = self.job_row(task, args, kwargs)
         after = getattr(task, "after", None)
         with tracing.enqueue_span(row):
             if after is None:
@@ -198,7 +200,7 @@ class JobsBackend(BaseTaskBackend):
                     for key, group in by_key.items()
                     for job_id in self.enqueue_many(task.using(limit_key=key), group)
                 ]
-        template = self._row(task, (), {})
+        template = self.job_row(task, (), {})
         batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
         with tracing.enqueue_span(template, count=len(batch)):
             db.insert_job_batch(template, batch)

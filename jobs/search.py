@@ -8,13 +8,14 @@ its arguments (`1003` finds `[1003]`, not `[10030]`).
 The arguments are read through two database functions of the same name on both databases:
 `jobsite_search_strings(args, kwargs, dedup_key)` (every string, lower-cased, one per line) and
 `jobsite_search_numbers(args, kwargs)` (every number, each between spaces). On SQLite they are
-the Python functions below, registered on each connection. On PostgreSQL they are SQL functions
-(migration 0007), and what makes a search fast there is a trigram (pg_trgm) GIN index on the
-plain JSON text, `lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, ''))`:
-it narrows the rows to those whose JSON holds the text anywhere, and the functions then decide
-on those few. Indexing the JSON text rather than the functions' output keeps the cost of every
-insert and state change low (the functions are not run on the write path). A second trigram
-index covers `lower(error_type || newline || error_message)` of failed jobs only.
+Python functions registered on each connection; on PostgreSQL they are SQL functions (migration
+0007); jobs.db.search_sql holds what differs between the two. What makes a search fast on
+PostgreSQL is a trigram (pg_trgm) GIN index on the plain JSON text, `lower(args::text || ' ' ||
+kwargs::text || ' ' || coalesce(dedup_key, ''))`: it narrows the rows to those whose JSON holds
+the text anywhere, and the functions then decide on those few. Indexing the JSON text rather
+than the functions' output keeps the cost of every insert and state change low (the functions
+are not run on the write path). A second trigram index covers `lower(error_type || newline ||
+error_message)` of failed jobs only.
 
 Those indexes find every match, and a list shows only the newest few: for a text that many jobs
 hold (an error message that thousands of dead letters share), fetching every match to keep the
@@ -25,16 +26,14 @@ stopping after a page (a keyset page adds its bound to the same walk, so paging 
 A text that few jobs hold keeps the index plan, which then reads few rows.
 """
 
-import json
 import re
 import uuid
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.backends.signals import connection_created
-from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, TextField, Value
-from django.db.models.functions import Concat
-from django.dispatch import receiver
+from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, TextField
+
+from .db import search_sql
 
 # An id prefix shorter than this would match too much to be what anyone meant.
 MIN_ID_PREFIX = 6
@@ -47,53 +46,6 @@ COMMON_IN_PROBE = 3
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
-def _scalars(value):
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _scalars(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _scalars(item)
-    else:
-        yield value
-
-
-def _loaded(*texts):
-    for text in texts:
-        if text is None:
-            continue
-        try:
-            yield from _scalars(json.loads(text))
-        except ValueError:
-            continue
-
-
-def search_strings(args, kwargs, dedup_key) -> str:
-    """Every string among the arguments and the dedup key, lower-cased, one per line."""
-    strings = [v for v in _loaded(args, kwargs) if isinstance(v, str)]
-    if dedup_key:
-        strings.append(dedup_key)
-    return "\n".join(strings).lower()
-
-
-def search_numbers(args, kwargs) -> str:
-    """Every number among the arguments in its decimal text, each between spaces."""
-    numbers = [
-        json.dumps(v)
-        for v in _loaded(args, kwargs)
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    ]
-    return " " + " ".join(numbers) + " "
-
-
-@receiver(connection_created)
-def _register_sqlite_functions(sender, connection, **kwargs):
-    if connection.vendor == "sqlite":
-        raw = connection.connection
-        raw.create_function("jobsite_search_strings", 3, search_strings, deterministic=True)
-        raw.create_function("jobsite_search_numbers", 2, search_numbers, deterministic=True)
-
-
 class _SearchStrings(Func):
     function = "jobsite_search_strings"
     output_field = TextField()
@@ -102,29 +54,6 @@ class _SearchStrings(Func):
 class _SearchNumbers(Func):
     function = "jobsite_search_numbers"
     output_field = TextField()
-
-
-class _ArgumentsJson(Func):
-    """The JSON text the PostgreSQL arguments index holds, written exactly as in the index."""
-
-    output_field = TextField()
-
-    def as_sql(self, compiler, connection, **extra):
-        return "lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, ''))", []
-
-
-class _ErrorText(Func):
-    """lower(error_type || newline || error_message): the expression the error index holds."""
-
-    template = "lower(%(expressions)s)"
-    output_field = TextField()
-
-    def __init__(self):
-        super().__init__(Concat(F("error_type"), Value("\n"), F("error_message")))
-
-    def as_postgresql(self, compiler, connection, **extra):
-        # Written exactly as in the index, so PostgreSQL can use it.
-        return "lower(error_type || E'\\n' || error_message)", []
 
 
 def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
@@ -145,7 +74,7 @@ def matching(text: str, *, task_paths=()) -> Q:
     arguments = Q(_search_strings__contains=needle)
     if NUMBER.fullmatch(text.strip()):
         arguments |= Q(_search_numbers__contains=f" {text.strip()} ")
-    if connection.vendor == "postgresql" and _plain_in_json(needle):
+    if search_sql.indexes_text() and _plain_in_json(needle):
         # The index narrows to rows whose JSON text holds the needle; the functions decide.
         # Written first so that a row-by-row filter runs them only on those rows too.
         arguments = Q(_search_json__contains=needle.strip()) & arguments
@@ -170,11 +99,11 @@ def search(queryset, text: str, *, task_paths=()):
     queryset = queryset.alias(
         _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
         _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
-        _search_errors=_ErrorText(),
-        _search_json=_ArgumentsJson(),
+        _search_errors=search_sql.ErrorText(),
+        _search_json=search_sql.ArgumentsJson(),
     )
     condition = matching(text, task_paths=task_paths)
-    common = connection.vendor == "postgresql" and _common_among_newest(queryset, condition)
+    common = search_sql.indexes_text() and _common_among_newest(queryset, condition)
     return queryset.filter(_Matching(condition, common=common))
 
 

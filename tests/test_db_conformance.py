@@ -255,6 +255,28 @@ def test_finish_retry_schedules_the_next_attempt_after_the_delay(engine):
 
 
 @pytest.mark.django_db
+def test_an_attempt_given_back_at_shutdown_keeps_the_tasks_own_maximum_visible(engine):
+    due_job(attempt=2, max_attempts=3)
+    (c,) = claim()
+    interrupted = finished(
+        c, JobState.RETRYING, AttemptOutcome.INTERRUPTED, delay=0, raise_max_attempts=True
+    )
+    db.finish([interrupted])
+    job = Job.objects.get(id=c.id)
+    assert (job.attempt, job.max_attempts, job.attempts_given_back) == (3, 4, 1)
+    assert job.own_max_attempts == 3
+
+
+@pytest.mark.django_db
+def test_a_retry_without_giving_back_leaves_the_maximum_alone(engine):
+    due_job(max_attempts=3)
+    (c,) = claim()
+    db.finish([finished(c, JobState.RETRYING, AttemptOutcome.FAILED, delay=0)])
+    job = Job.objects.get(id=c.id)
+    assert (job.max_attempts, job.attempts_given_back, job.own_max_attempts) == (3, 0, 3)
+
+
+@pytest.mark.django_db
 def test_finish_dead_letters_and_cancels_the_continuations(engine):
     parent = due_job(attempt=2, max_attempts=3)
     child = make_job(state=JobState.SCHEDULED, parent=parent)

@@ -17,6 +17,7 @@ from jobs.schedules import (
     ScheduleSpec,
     UnknownSchedule,
     fire_times_between,
+    firing,
     latest_fire_at_or_before,
     next_fire_after,
     plan,
@@ -290,10 +291,21 @@ def test_a_worker_with_a_stale_view_of_the_schedule_fires_nothing(ping):
     rewind("ping", 4)
     stale = Schedule.objects.get(name="ping")
     decision = plan(ping, stale.last_fire_at, schedules.database_now(), 1000)
-    assert schedules._fire(ping, stale, decision, backend()) is True
+    assert firing.fire(ping, stale, decision, backend()) is True
     # A second worker that read the same row before the first one fired loses the race.
-    assert schedules._fire(ping, stale, decision, backend()) is False
+    assert firing.fire(ping, stale, decision, backend()) is False
     assert Job.objects.count() == len(decision.fire)
+
+
+@pytest.mark.django_db
+def test_a_schedule_set_back_by_hand_enqueues_no_fire_time_twice(ping):
+    schedules.tick()
+    rewind("ping", 4)
+    assert schedules.tick().fired
+    enqueued = Job.objects.count()
+    rewind("ping", 4)  # an operator moves last_fire_at back over fire times that had their jobs
+    assert schedules.tick().fired == []
+    assert Job.objects.count() == enqueued
 
 
 @pytest.mark.django_db

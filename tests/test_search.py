@@ -5,8 +5,9 @@ from django.db import connection
 from django.utils import timezone
 
 from dashboard.pagination import Cursor, keyset_page
+from jobs.db.search_sql import search_numbers, search_strings
 from jobs.models import Job
-from jobs.search import COMMON_IN_PROBE, search, search_numbers, search_strings
+from jobs.search import COMMON_IN_PROBE, search
 from jobs.states import JobState
 from tests.factories import make_job
 

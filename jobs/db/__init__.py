@@ -1,12 +1,17 @@
 """The engine's database layer: one engine per database behind one interface.
 
-    engine.py    the interface, and every statement and rule both databases share
-    postgres.py  PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish
-                 (its text in postgres_finish.py), prepared statements, NOTIFY and LISTEN
-                 (postgres_notify.py)
-    sqlite.py    SQLite's whole story: its clock functions and its statements
-    columns.py   the columns written by hand, derived from the models
-    records.py   the values crossing the interface (Claimed, Finish, Expired, Listener)
+    engine.py        the interface, and every statement and rule both databases share
+    run_after.py     its statements for jobs that wait for others (continuations, workflows)
+    sql.py           the statements' shared vocabulary: tables, states as SQL, values in and out
+    postgres.py      PostgreSQL's whole story: COPY, SKIP LOCKED, the one-statement finish
+                     (its text in postgres_finish.py), prepared statements, NOTIFY and LISTEN
+                     (postgres_notify.py)
+    sqlite.py        SQLite's whole story: its clock functions and its statements
+    columns.py       the columns written by hand, derived from the models
+    records.py       the values crossing the interface (Claimed, Finish, Expired, Listener)
+    clock.py         the clock every machine agrees on (the database's where it has one)
+    search_sql.py    what a search of the jobs asks of each database
+    count_deltas.py  the job counts PostgreSQL's triggers keep
 
 The rest of the engine calls the functions below; each goes to the engine of the default
 connection's database, chosen from its vendor.
@@ -14,6 +19,7 @@ connection's database, chosen from its vendor.
 
 from django.db import connection
 
+from .clock import database_now
 from .engine import Engine
 from .postgres import NOTIFY_CHANNEL, PostgresEngine
 from .records import Claimed, Expired, Finish, Listener
@@ -31,6 +37,7 @@ __all__ = [
     "claim_one",
     "compact_counters",
     "configure_worker_session",
+    "database_now",
     "engine",
     "expire_not_after",
     "expired_leases",

@@ -12,7 +12,7 @@ from functools import cache
 from django.db import models
 from django.utils import timezone
 
-# Written by a claim, a finish or a schedule's own insert, never by an enqueue.
+# Written by a claim or a finish, never by an enqueue.
 LATER = frozenset(
     {
         "started_at",
@@ -20,9 +20,8 @@ LATER = frozenset(
         "lease_id",
         "lease_expires_at",
         "cancel_requested_at",
-        "schedule",
-        "scheduled_at",
         "snoozes",
+        "attempts_given_back",
     }
 )
 # Set at enqueue only for a job enqueued already finished (a continuation of a failed parent).

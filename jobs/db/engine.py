@@ -12,105 +12,43 @@ lease renewal, counter compaction, wake-ups. Everything here reads the same on b
 
 import json
 import uuid
-from datetime import UTC, datetime
 from functools import cached_property
 
 from django.db import connection, transaction
 
-from .. import payload
 from ..retry import MAX_ATTEMPTS
 from ..states import (
     CANCEL_OVERRIDES,
     CLAIMABLE,
-    FAILED_ATTEMPT,
     TERMINAL,
     UNCLAIMABLE,
     WAITING,
-    AttemptOutcome,
     JobState,
 )
 from .columns import FINISHED_AT, Column
 from .records import Claimed, Expired, Finish
-
-JOB = "jobs_job"
-ATTEMPT = "jobs_attempt"
-COUNTER = "jobs_counterdelta"
-DEPENDENCY = "jobs_dependency"
-# The node names of a batch's callbacks (jobs.workflows); a workflow's own nodes cannot take them.
-BATCH_CALLBACKS = ("batch.on_success", "batch.on_finish")
-# Why a job waiting for others was cancelled: one of them ended unsuccessfully.
-UPSTREAM_FAILED = "ParentFailed"
-# Queues nobody claims from (jobs.queues); a handful of rows at most.
-PAUSED = "jobs_pausedqueue"
-
-
-def sql_in(states) -> str:
-    """A list of states as SQL literals, for `state IN (...)`."""
-    return ", ".join(f"'{s}'" for s in sorted(states))
-
-
-def sql_state(state) -> str:
-    return f"'{state}'"
-
-
-# The counters a batch of finished attempts adds to: (name, what it counts by, values counted).
-FINISH_COUNTERS = (
-    ("jobs_succeeded", "state", (JobState.SUCCEEDED,)),
-    ("jobs_failed", "outcome", tuple(FAILED_ATTEMPT)),
-    ("jobs_requeued", "state", (JobState.RETRYING,)),
-    ("jobs_dead_lettered", "state", (JobState.DEAD_LETTER,)),
-    ("jobs_recovered", "outcome", (AttemptOutcome.LOST,)),
-    ("jobs_cancelled", "state", (JobState.CANCELLED,)),
-    ("jobs_snoozed", "outcome", (AttemptOutcome.SNOOZED,)),
-)
-
-CLAIMED_COLUMNS = (
-    "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
-    "backend, started_at, enqueued_at, {backoff}, snoozes"
+from .run_after import RunAfter
+from .sql import (  # noqa: F401 (the engines import the shared vocabulary from here too)
+    ATTEMPT,
+    BATCH_CALLBACKS,
+    CLAIMED_COLUMNS,
+    COUNTER,
+    DEPENDENCY,
+    FINISH_COUNTERS,
+    JOB,
+    PAUSED,
+    UPSTREAM_FAILED,
+    applied_as,
+    finish_counts,
+    insert_value,
+    parse_time,
+    parse_uuid,
+    sql_in,
+    sql_state,
 )
 
 
-def finish_counts(applied: list[Finish]) -> dict[str, int]:
-    return {
-        name: sum(1 for r in applied if getattr(r, by) in values)
-        for name, by, values in FINISH_COUNTERS
-    }
-
-
-def applied_as(r: Finish, state: str) -> Finish:
-    """The outcome as it took effect (a cancel that came in turns it into a cancellation)."""
-    if state == JobState.CANCELLED and r.state != JobState.CANCELLED:
-        r.state = JobState.CANCELLED
-        if r.outcome is not None:
-            r.outcome = AttemptOutcome.CANCELLED
-    return r
-
-
-def insert_value(column: Column, row: dict):
-    """A new job's value for `column`, as the insert statements take it."""
-    value = row.get(column.name)
-    if value is None and column.fallback is not None:
-        value = column.fallback
-    if column.is_json:
-        return None if value is None and column.nullable else payload.dumps(value)
-    if column.empty_text:
-        return value or ""
-    return value
-
-
-def parse_uuid(value):
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-
-
-def parse_time(value):
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-class Engine:
+class Engine(RunAfter):
     vendor: str
     # The database clock, as SQL.
     now: str
@@ -331,6 +269,7 @@ class Engine:
         has_error = "v.error_type <> ''"
         pending = sql_state(JobState.PENDING)
         cancelled = sql_state(JobState.CANCELLED)
+        gives_back = f"v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}"
         return f"""
             state = {state},
             finished_at = CASE WHEN {terminal} THEN {self.now} ELSE NULL END,
@@ -344,8 +283,10 @@ class Engine:
                                    AND v.snoozed = 0 THEN NULL
                               ELSE {JOB}.started_at END,
             snoozes = {JOB}.snoozes + v.snoozed,
-            max_attempts = CASE WHEN v.raise_max = 1 AND {JOB}.max_attempts < {MAX_ATTEMPTS}
-                                THEN {JOB}.max_attempts + 1 ELSE {JOB}.max_attempts END,
+            max_attempts = CASE WHEN {gives_back} THEN {JOB}.max_attempts + 1
+                                ELSE {JOB}.max_attempts END,
+            attempts_given_back = CASE WHEN {gives_back} THEN {JOB}.attempts_given_back + 1
+                                       ELSE {JOB}.attempts_given_back END,
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
                                       THEN v.reason ELSE '' END,
             error_type = CASE WHEN {has_error} THEN v.error_type
@@ -403,137 +344,6 @@ class Engine:
             applied = self.finish(results)
             claimed = self.claim_within(**claim_args) if wants_claim else []
         return applied, claimed
-
-    # --- run after: continuations and workflow edges --------------------------------------
-    #
-    # A job that waits for others is `scheduled` with `waiting_for` = its unsettled upstream
-    # jobs (Dependency rows: a continuation has one, a workflow node any number). When upstream
-    # jobs end, one guarded update decrements their downstream jobs by the number of their
-    # edges to them, in the transaction that ended them; the update that reaches 0 moves the
-    # job to pending. Concurrent finishes serialise on the downstream row, so exactly one of
-    # them releases it. PostgreSQL locks the downstream rows in id order first: two finishes
-    # sharing two downstream jobs (a batch's callbacks) never wait on each other crosswise.
-
-    def settle_sql(self, upstreams: str, only_runs_on_failure: bool) -> str:
-        """Decrement the scheduled jobs after `upstreams` (a subquery of ids, or a list)."""
-        left = f"CASE WHEN {JOB}.waiting_for > x.n THEN {JOB}.waiting_for - x.n ELSE 0 END"
-        mode = f"AND {JOB}.runs_on_upstream_failure = TRUE" if only_runs_on_failure else ""
-        return f"""
-            UPDATE {JOB} SET waiting_for = {left},
-                state = CASE WHEN {JOB}.waiting_for <= x.n THEN {sql_state(JobState.PENDING)}
-                             ELSE {JOB}.state END,
-                run_after = CASE WHEN {JOB}.waiting_for <= x.n THEN {self.now}
-                                 ELSE {JOB}.run_after END
-            FROM (SELECT downstream_id AS id, count(*) AS n FROM {DEPENDENCY}
-                  WHERE upstream_id IN ({upstreams}) GROUP BY downstream_id) AS x
-            WHERE {JOB}.id = x.id AND {JOB}.state = {sql_state(JobState.SCHEDULED)} {mode}
-            RETURNING {JOB}.id, {JOB}.state, {JOB}.node_name, {JOB}.workflow_id
-        """
-
-    def lock_downstream(self, cursor, upstreams: str, params) -> None:
-        """Lock the scheduled jobs after `upstreams` in id order (where rows can be locked)."""
-
-    def _ids_param(self, ids) -> tuple[str, list]:
-        values = [self.uuid_value(i) for i in ids]
-        return ", ".join([self.uuid_param] * len(values)), values
-
-    def release_continuations(self, parent_ids, *, cursor=None):
-        """Jobs waiting for `parent_ids`, which succeeded, count them settled; those left
-        waiting for nothing become pending (due now). Returns the ids released."""
-        return self._settle(parent_ids, cursor=cursor, only_runs_on_failure=False)
-
-    def _settle(self, upstream_ids, *, cursor, only_runs_on_failure):
-        if not upstream_ids:
-            return []
-        upstreams, params = self._ids_param(upstream_ids)
-
-        def run(c):
-            self.lock_downstream(c, upstreams, params)
-            c.execute(self.settle_sql(upstreams, only_runs_on_failure), params)
-            rows = c.fetchall()
-            released = [r for r in rows if r[1] == JobState.PENDING]
-            self.after_release(c, released)
-            return [parse_uuid(r[0]) for r in released]
-
-        if cursor is not None:
-            return run(cursor)
-        with connection.cursor() as c:
-            return run(c)
-
-    def after_release(self, cursor, released) -> None:
-        """Released rows (id, state, node_name, workflow_id): batch callbacks learn the batch's
-        counts, and idle workers are woken."""
-        callbacks = [r for r in released if r[3] is not None and r[2] in BATCH_CALLBACKS]
-        for r in callbacks:
-            self.give_batch_counts(cursor, r[0], r[3])
-        if released and self.wakes_workers:
-            self.notify(cursor)
-
-    def give_batch_counts(self, cursor, job_id, workflow_id) -> None:
-        """A released batch callback's keyword arguments: the batch id and its jobs' counts per
-        state, read in the transaction that released it (every member has settled by then)."""
-        names = ", ".join(f"'{n}'" for n in BATCH_CALLBACKS)
-        cursor.execute(
-            f"SELECT state, count(*) FROM {JOB} WHERE workflow_id = {self.uuid_param} "
-            f"AND node_name NOT IN ({names}) GROUP BY state",
-            [self.uuid_value(workflow_id)],
-        )
-        counts = {state: n for state, n in cursor.fetchall()}
-        batch_id = str(parse_uuid(workflow_id))
-        cursor.execute(
-            f"UPDATE {JOB} SET kwargs = %s WHERE id = {self.uuid_param}",
-            [payload.dumps({"batch_id": batch_id, "counts": counts}), self.uuid_value(job_id)],
-        )
-
-    def cancel_continuations(self, parent_ids, *, cursor=None):
-        """Jobs waiting for `parent_ids`, which ended unsuccessfully: those that run whatever
-        happens upstream count them settled; the others are cancelled, and so on downstream.
-
-        Counted in `jobs_cancelled` here, in the caller's transaction, whichever path ended
-        the parent.
-        """
-
-        def run(c):
-            total = 0
-            frontier = list(parent_ids)
-            while frontier:
-                self._settle(frontier, cursor=c, only_runs_on_failure=True)
-                upstreams, params = self._ids_param(frontier)
-                self.lock_downstream(c, upstreams, params)
-                c.execute(
-                    f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
-                    f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
-                    "error_message = 'its parent job did not succeed' "
-                    f"WHERE state = {sql_state(JobState.SCHEDULED)} "
-                    f"AND runs_on_upstream_failure = FALSE AND id IN "
-                    f"(SELECT downstream_id FROM {DEPENDENCY} WHERE upstream_id IN ({upstreams})) "
-                    "RETURNING id",
-                    params,
-                )
-                frontier = [parse_uuid(r[0]) for r in c.fetchall()]
-                total += len(frontier)
-            self.add_counters({"jobs_cancelled": total}, cursor=c)
-            return total
-
-        if cursor is not None:
-            return run(cursor)
-        with connection.cursor() as c:
-            return run(c)
-
-    def link(self, edges, *, cursor=None) -> None:
-        """Store (downstream, upstream) job id pairs."""
-        if not edges:
-            return
-        sql = f"INSERT INTO {DEPENDENCY} (downstream_id, upstream_id) VALUES "
-        for start in range(0, len(edges), 400):
-            chunk = edges[start : start + 400]
-            values = ", ".join([f"({self.uuid_param}, {self.uuid_param})"] * len(chunk))
-            params = [self.uuid_value(x) for pair in chunk for x in pair]
-            if cursor is not None:
-                cursor.execute(sql + values, params)
-            else:
-                with connection.cursor() as c:
-                    c.execute(sql + values, params)
 
     def add_counters(self, counts: dict[str, int], *, cursor=None):
         rows = [(name, n) for name, n in counts.items() if n]
@@ -636,51 +446,3 @@ class Engine:
                 self.cancel_continuations(expired, cursor=cursor)
                 self.add_counters({"jobs_cancelled": len(expired)}, cursor=cursor)
         return expired
-
-    def settle_orphaned_continuations(self, limit: int = 1000) -> int:
-        """Safety net: jobs still waiting although every job they wait for has ended (a
-        continuation enqueued in a race with its parent's finish): they are settled now."""
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT c.id FROM {JOB} c WHERE c.state = {sql_state(JobState.SCHEDULED)} "
-                f"AND NOT EXISTS (SELECT 1 FROM {DEPENDENCY} d JOIN {JOB} p "
-                f"ON p.id = d.upstream_id WHERE d.downstream_id = c.id "
-                f"AND p.state NOT IN ({sql_in(TERMINAL)})) LIMIT %s",
-                [limit],
-            )
-            stuck = [parse_uuid(r[0]) for r in cursor.fetchall()]
-            if not stuck:
-                return 0
-            ids, params = self._ids_param(stuck)
-            cursor.execute(
-                f"SELECT DISTINCT d.downstream_id FROM {DEPENDENCY} d "
-                f"JOIN {JOB} p ON p.id = d.upstream_id WHERE d.downstream_id IN ({ids}) "
-                f"AND p.state <> {sql_state(JobState.SUCCEEDED)}",
-                params,
-            )
-            doomed = [parse_uuid(r[0]) for r in cursor.fetchall()]
-            n = 0
-            if doomed:
-                doomed_ids, doomed_params = self._ids_param(doomed)
-                cursor.execute(
-                    f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
-                    f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
-                    "error_message = 'its parent job did not succeed' "
-                    f"WHERE id IN ({doomed_ids}) AND state = {sql_state(JobState.SCHEDULED)} "
-                    "AND runs_on_upstream_failure = FALSE RETURNING id",
-                    doomed_params,
-                )
-                cancelled = [parse_uuid(r[0]) for r in cursor.fetchall()]
-                self.add_counters({"jobs_cancelled": len(cancelled)}, cursor=cursor)
-                n += len(cancelled) + self.cancel_continuations(cancelled, cursor=cursor)
-            # Waiting for nothing at all: released as the recount finds it.
-            cursor.execute(
-                f"UPDATE {JOB} SET state = {sql_state(JobState.PENDING)}, waiting_for = 0, "
-                f"run_after = {self.now} WHERE id IN ({ids}) "
-                f"AND state = {sql_state(JobState.SCHEDULED)} RETURNING id, state, node_name, "
-                "workflow_id",
-                params,
-            )
-            released = cursor.fetchall()
-            self.after_release(cursor, released)
-            return n + len(released)

@@ -24,12 +24,13 @@ from django.dispatch import receiver
 
 from ..states import CLAIMABLE, JobState
 from .columns import FINISHED_AT, attempt_row, job_inserted
-from .engine import (
+from .engine import Engine
+from .records import OUTCOME_COLUMNS, Finish
+from .sql import (
     ATTEMPT,
     COUNTER,
     DEPENDENCY,
     JOB,
-    Engine,
     applied_as,
     finish_counts,
     insert_value,
@@ -38,7 +39,6 @@ from .engine import (
     sql_in,
     sql_state,
 )
-from .records import OUTCOME_COLUMNS, Finish
 
 # The values of an attempt row as `_insert_attempts` builds them (attempt_row() puts them in
 # the model's order; a column missing here fails loudly there).

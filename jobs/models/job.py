@@ -1,19 +1,14 @@
-"""The job lifecycle tables and the querysets holding every ORM query the engine runs.
-
-The hot paths that need one hand-written statement per vendor (claim, finish, heartbeat,
-recover) live in `jobs.db`; everything else is a named queryset method here.
-"""
+"""The job and what each of its attempts leaves: the attempt rows and the lines it logged."""
 
 import uuid
 
-from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .names import QUEUE_NAME_MAX
-from .retry import MAX_ATTEMPTS, MIN_ATTEMPTS
-from .states import (
+from ..names import QUEUE_NAME_MAX
+from ..retry import MAX_ATTEMPTS, MIN_ATTEMPTS
+from ..states import (
     ACTIVE,
     CLAIMABLE,
     TERMINAL,
@@ -108,6 +103,9 @@ class Job(models.Model):
     # Attempts given back by Snooze: they do not count toward max_attempts, and an attempt
     # row's number is attempt + snoozes (every run keeps its own row).
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # Attempts handed back because the worker shut down during the last one: each raised
+    # max_attempts by one, so the task's own maximum is max_attempts - attempts_given_back.
+    attempts_given_back = models.PositiveSmallIntegerField(default=0, db_default=0)
     # The last progress a running attempt reported (jobs.reports): {"done", "total", "message",
     # "updated_at", "attempt"}; null until one is reported.
     progress = models.JSONField(null=True, blank=True)
@@ -238,6 +236,11 @@ class Job(models.Model):
     def is_terminal(self):
         return self.state in TERMINAL
 
+    @property
+    def own_max_attempts(self) -> int:
+        """max_attempts without the attempts given back at worker shutdowns."""
+        return self.max_attempts - self.attempts_given_back
+
 
 class Attempt(models.Model):
     """One execution of a job. Append-only: written once, when the attempt ends."""
@@ -293,278 +296,3 @@ class LogLine(models.Model):
 
     def __str__(self):
         return f"{self.job_id} attempt {self.attempt} #{self.seq} {self.level}: {self.message}"
-
-
-class WorkerNodeQuerySet(models.QuerySet):
-    def online(self, lease_seconds):
-        cutoff = timezone.now() - timezone.timedelta(seconds=lease_seconds)
-        return self.filter(stopped_at__isnull=True, last_heartbeat_at__gte=cutoff)
-
-
-class WorkerNode(models.Model):
-    """A running (or recently seen) worker process."""
-
-    id = models.CharField(max_length=255, primary_key=True)
-    hostname = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
-    queues = models.JSONField(default=list, blank=True)
-    concurrency = models.PositiveIntegerField(default=1)
-    # Coroutines of async def tasks each of its executors runs at once.
-    async_concurrency = models.PositiveIntegerField(default=1)
-    # At its last heartbeat: executors free for a sync job, and free coroutine slots (an idle
-    # executor counts in both); null before its first report.
-    free_sync_slots = models.PositiveIntegerField(null=True, blank=True)
-    free_async_slots = models.PositiveIntegerField(null=True, blank=True)
-    started_at = models.DateTimeField(default=timezone.now)
-    last_heartbeat_at = models.DateTimeField(default=timezone.now)
-    stopped_at = models.DateTimeField(null=True, blank=True)
-    jobs_processed = models.PositiveBigIntegerField(default=0)
-
-    objects = WorkerNodeQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-last_heartbeat_at"]
-
-    def __str__(self):
-        return self.id
-
-
-class AuditRecord(models.Model):
-    """Who acted, from where (console, API or Python), what came of it, and when."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    username = models.CharField(max_length=150, blank=True, default="")
-    action = models.CharField(max_length=32)
-    source = models.CharField(max_length=16, blank=True, default="python")
-    outcome = models.CharField(max_length=255, blank=True, default="")
-    # The job the action created: the new run of a rerun, the job of a schedule's "run now".
-    result_job_id = models.UUIDField(null=True, blank=True)
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        abstract = True
-
-    @classmethod
-    def record(cls, *, user=None, action: str, outcome: str, source: str = "python", **fields):
-        """Write one entry: the one place that says how an acting user is kept (a saved user
-        by reference and name; anyone else, or no one, as no one)."""
-        known = getattr(user, "pk", None) is not None
-        return cls.objects.create(
-            user=user if known else None,
-            username=user.get_username() if known else "",
-            action=action,
-            source=source,
-            outcome=outcome,
-            **fields,
-        )
-
-
-class AuditEntry(AuditRecord):
-    """Who did what to a job, from the console, the API or Python."""
-
-    # Null for actions on no single job (a queue, a bulk action) and for a discard, whose job is
-    # gone; `subject` then names what was acted on.
-    job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
-    )
-    # A caller's key for one press of a button: the same key twice has one effect.
-    request_key = models.CharField(max_length=100, blank=True, default="")
-    # A discarded job's id, a queue's name, or a bulk action's filter.
-    subject = models.CharField(max_length=255, blank=True, default="")
-    task_path = models.CharField(max_length=255, blank=True, default="")
-    # What the action changed: old and new arguments of an edited rerun, a bulk action's counts.
-    detail = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        indexes = [
-            models.Index(fields=["job", "-at"], name="audit_job_recent"),
-            models.Index(
-                fields=["subject", "-at"], condition=~Q(subject=""), name="audit_subject_recent"
-            ),
-            # The console's audit log, filtered by who or by what, pages back by id.
-            models.Index(fields=["username", "-id"], name="audit_user_recent"),
-            models.Index(fields=["action", "-id"], name="audit_action_recent"),
-        ]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["request_key"], condition=~Q(request_key=""), name="audit_request_once"
-            )
-        ]
-
-    def __str__(self):
-        target = self.job_id or self.subject
-        return f"{self.username or 'system'} {self.action} {target} at {self.at:%Y-%m-%d %H:%M}"
-
-
-class PausedQueue(models.Model):
-    """A queue workers claim nothing from until it is resumed (see `jobs.queues`)."""
-
-    name = models.CharField(max_length=QUEUE_NAME_MAX, primary_key=True)
-    paused_at = models.DateTimeField(default=timezone.now)
-    paused_by = models.CharField(max_length=150, blank=True, default="")
-
-    def __str__(self):
-        return f"{self.name} (paused)"
-
-
-class CounterDeltaQuerySet(models.QuerySet):
-    def totals(self):
-        rows = self.values("name").annotate(total=models.Sum("value"))
-        return {row["name"]: row["total"] or 0 for row in rows}
-
-
-class CounterDelta(models.Model):
-    """Append-only increments of the lifetime counters (jobs_enqueued, ...).
-
-    Writers only insert, so counting never contends on a hot row across workers and machines;
-    maintenance folds old rows into one per name (`jobs.db.compact_counters`).
-    """
-
-    name = models.CharField(max_length=32)
-    value = models.BigIntegerField()
-
-    objects = CounterDeltaQuerySet.as_manager()
-
-    class Meta:
-        indexes = [models.Index(fields=["name"], name="counter_name")]
-
-    def __str__(self):
-        return f"{self.name} += {self.value}"
-
-
-class Schedule(models.Model):
-    """The persisted state of one schedule of the SCHEDULES option, by name.
-
-    `last_fire_at` only moves forward, by a compare-and-set in the transaction that inserts the
-    fire's job: the row, not the job table, remembers which fire times are done, so pruning
-    jobs can never make a fire time fire again.
-    """
-
-    name = models.CharField(max_length=100, primary_key=True)
-    # The fire-time expression last_fire_at belongs to; a changed one restarts from now.
-    expression = models.CharField(max_length=255)
-    last_fire_at = models.DateTimeField()
-    paused = models.BooleanField(default=False)
-    paused_at = models.DateTimeField(null=True, blank=True)
-    # Fire times enqueued, and fire times passed over by the missed-fire policy.
-    fires = models.PositiveBigIntegerField(default=0)
-    missed = models.PositiveBigIntegerField(default=0)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self):
-        return f"{self.name}{' (paused)' if self.paused else ''}"
-
-
-class ScheduleAuditEntry(AuditRecord):
-    """Who paused, resumed or ran a schedule now, from the console, the API or Python."""
-
-    schedule = models.CharField(max_length=100)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["schedule", "-at"], name="schedule_audit_recent")]
-
-    def __str__(self):
-        return f"{self.username or 'system'} {self.action} {self.schedule}"
-
-
-class JobCountDelta(models.Model):
-    """Append-only changes of the number of jobs per queue and state (see `jobs.state_counts`).
-
-    Written by database triggers on PostgreSQL, never by Python code.
-    """
-
-    queue_name = models.CharField(max_length=QUEUE_NAME_MAX)
-    state = models.CharField(max_length=16)
-    n = models.BigIntegerField()
-
-    def __str__(self):
-        return f"{self.queue_name}/{self.state} {self.n:+}"
-
-
-class LimitOverride(models.Model):
-    """A limit set at runtime (`jobs.limits.set_limit`): it replaces the concurrency and the
-    rate the LIMITS option gives the same name, for every worker, until it is cleared."""
-
-    name = models.CharField(max_length=255, primary_key=True)
-    concurrency = models.PositiveIntegerField(null=True, blank=True)
-    rate_count = models.PositiveIntegerField(null=True, blank=True)
-    rate_seconds = models.FloatField(null=True, blank=True)
-    updated_at = models.DateTimeField(default=timezone.now)
-    updated_by = models.CharField(max_length=150, blank=True, default="")
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self):
-        return f"{self.name} (override)"
-
-
-class LimitStart(models.Model):
-    """One attempt started under a rate limit: its bucket (the limit's name, and the key for
-    a `key:` limit) and when. Rows older than every window are pruned by maintenance."""
-
-    id = models.BigAutoField(primary_key=True)
-    bucket = models.CharField(max_length=600)
-    started_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["bucket", "started_at"], name="limit_start_bucket")]
-
-    def __str__(self):
-        return f"{self.bucket} at {self.started_at}"
-
-
-class Workflow(models.Model):
-    """A graph of jobs enqueued together (jobs.workflows): a workflow, or a batch with callbacks.
-
-    Its progress and state are read from its jobs; the row keeps what the jobs cannot say.
-    """
-
-    class Kind(models.TextChoices):
-        # Nodes with their own `after` lists.
-        WORKFLOW = "workflow", "Workflow"
-        # Independent jobs, with on_success / on_finish callback nodes after all of them.
-        BATCH = "batch", "Batch"
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    name = models.CharField(max_length=255)
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.WORKFLOW)
-    created_at = models.DateTimeField(default=timezone.now)
-    nodes = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self):
-        return f"{self.kind} {self.name} {self.id}"
-
-
-class Dependency(models.Model):
-    """`downstream` runs after `upstream`: a workflow's edge, or a continuation's parent.
-
-    The one home of "run after": a finish settles the edges of the jobs that ended, in its own
-    transaction, decrementing each downstream job's `waiting_for` (jobs.db).
-    """
-
-    downstream = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="upstream_edges", db_index=False
-    )
-    upstream = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="downstream_edges", db_index=False
-    )
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["downstream", "upstream"], name="dependency_once"),
-        ]
-        indexes = [models.Index(fields=["upstream"], name="dependency_upstream")]
-
-    def __str__(self):
-        return f"{self.downstream_id} after {self.upstream_id}"

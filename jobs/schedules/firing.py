@@ -1,0 +1,179 @@
+"""The tick: every due fire time of every schedule becomes one job, whichever worker wins."""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db.models import F
+
+from .. import db
+from .fire_times import Plan, latest_fire_at_or_before, next_fire_after, plan
+from .spec import ScheduleSpec, backend_for, configured, grace_seconds, task_for
+
+logger = logging.getLogger("jobs.schedules")
+
+# How often a worker looks for due fire times, in seconds.
+TICK_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    schedule: str
+    fire_times: list[datetime]
+    missed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one tick did, and when the next one is due."""
+
+    fired: list[Fired]
+    # Seconds until the next fire time of any active schedule (at most TICK_SECONDS), by the
+    # database's clock, so a worker whose clock is off still ticks right at the fire time.
+    next_in: float
+
+
+# Ticking this long after a fire time makes sure the database's clock has passed it.
+TICK_MARGIN = 0.005
+
+
+def tick(backend=None) -> Tick:
+    """Enqueue every due fire time of every schedule; the one call the worker makes.
+
+    Safe to call from any number of workers at once: for each schedule, one of them wins.
+    """
+    backend = backend_for(backend)
+    specs = configured(backend)
+    if not specs:
+        return Tick([], TICK_SECONDS)
+    now = db.database_now()
+    rows = rows_for(specs, now)
+    grace = grace_seconds(backend)
+    fired = []
+    next_in = TICK_SECONDS
+    for name, spec in specs.items():
+        row = rows[name]
+        if row.paused:
+            continue
+        upcoming = next_fire_after(spec, now)
+        if upcoming is not None:
+            next_in = min(next_in, (upcoming - now).total_seconds() + TICK_MARGIN)
+        if row.expression != spec.expression:
+            _restart(row, spec, now)
+            continue
+        decision = plan(spec, row.last_fire_at, now, grace)
+        if decision is None:
+            continue
+        try:
+            won = fire(spec, row, decision, backend)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: the caller reconnects and ticks again
+        except Exception as e:  # one broken schedule must not stop the others, nor the worker
+            logger.error("schedule %s could not fire: %s: %s", name, type(e).__name__, e)
+            continue
+        if won:
+            result = Fired(name, decision.fire, decision.missed)
+            fired.append(result)
+            _log(result)
+    return Tick(fired, max(TICK_MARGIN, next_in))
+
+
+def rows_for(specs, now):
+    """The Schedule row of each spec, creating missing ones (a new schedule fires from now on)."""
+    from ..models import Schedule
+
+    rows = {row.name: row for row in Schedule.objects.filter(name__in=list(specs))}
+    missing = [name for name in specs if name not in rows]
+    if missing:
+        Schedule.objects.bulk_create(
+            [
+                Schedule(
+                    name=name,
+                    expression=specs[name].expression,
+                    last_fire_at=baseline(specs[name], now),
+                )
+                for name in missing
+            ],
+            ignore_conflicts=True,
+        )
+        rows |= {row.name: row for row in Schedule.objects.filter(name__in=missing)}
+    return rows
+
+
+def baseline(spec, now):
+    """Where a schedule starts counting: its latest fire time, so nothing before now fires."""
+    return latest_fire_at_or_before(spec, now) or now
+
+
+def _restart(row, spec, now):
+    """The expression changed in settings: start over from now, without catching up."""
+    from ..models import Schedule
+
+    Schedule.objects.filter(name=row.name, expression=row.expression).update(
+        expression=spec.expression, last_fire_at=baseline(spec, now)
+    )
+
+
+def fire(spec, row, decision: Plan, backend) -> bool:
+    """Move last_fire_at forward and insert the jobs, in one transaction; False if we lost.
+
+    `row` is the Schedule row as this worker read it: the compare-and-set on its
+    last_fire_at lets one worker win each fire time, and the jobs' unique constraint on
+    (schedule, scheduled_at) is the second guard.
+    """
+    from ..models import Schedule
+
+    with transaction.atomic():
+        won = Schedule.objects.filter(
+            name=spec.name,
+            paused=False,
+            expression=spec.expression,
+            last_fire_at=row.last_fire_at,
+        ).update(
+            last_fire_at=decision.last_fire_at,
+            fires=F("fires") + len(decision.fire),
+            missed=F("missed") + decision.missed,
+        )
+        if not won:
+            return False
+        if decision.fire:
+            try:
+                with transaction.atomic():
+                    db.insert_jobs([job_row(spec, backend, scheduled_at=t) for t in decision.fire])
+            except IntegrityError:
+                # Only reachable if the row was reset by hand: the jobs' own constraint holds.
+                logger.warning("schedule %s: a fire time already had its job", spec.name)
+                return False
+    return True
+
+
+def job_row(spec: ScheduleSpec, backend, *, scheduled_at: datetime | None) -> dict:
+    """The new job of one fire time (`scheduled_at`), or of a run now (None: due now)."""
+    from ..tasks import load_task
+
+    row = backend.job_row(task_for(spec, load_task(spec.task_path)), spec.args, spec.kwargs)
+    return {**row, "run_after": scheduled_at, "schedule": spec.name, "scheduled_at": scheduled_at}
+
+
+def insert_run(spec: ScheduleSpec, backend) -> dict:
+    """Enqueue one run of `spec` now, outside its fire times; returns its row."""
+    row = job_row(spec, backend, scheduled_at=None)
+    db.insert_job(row)
+    return row
+
+
+def _log(result: Fired):
+    if result.fire_times:
+        logger.info(
+            "schedule %s fired for %s%s",
+            result.schedule,
+            ", ".join(t.isoformat() for t in result.fire_times[-3:]),
+            f" ({len(result.fire_times)} fire times)" if len(result.fire_times) > 3 else "",
+        )
+    if result.missed:
+        logger.warning(
+            "schedule %s: %d fire time(s) passed while no worker ran; not enqueued",
+            result.schedule,
+            result.missed,
+        )

@@ -1,0 +1,151 @@
+"""Reading workflows: what a node's upstream nodes returned, the lists' summaries, the graph."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Max, Min
+from django.utils import timezone
+
+from ..models import Dependency, Job
+from ..models import Workflow as WorkflowRecord
+from ..states import TERMINAL, JobState
+
+
+def upstream_values(job_id) -> dict:
+    """What `context.upstream` holds: upstream node name -> its return value (None unless it
+    succeeded). A continuation's parent is named by its task's name."""
+    rows = Job.objects.filter(downstream_edges__downstream_id=job_id).values_list(
+        "node_name", "task_path", "state", "return_value"
+    )
+    return {
+        (name or path.rsplit(".", 1)[-1]): (value if state == JobState.SUCCEEDED else None)
+        for name, path, state, value in rows
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary:
+    """A workflow or batch as lists show it: its nodes' counts per state and its timing."""
+
+    record: WorkflowRecord
+    counts: dict
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def done(self) -> int:
+        return sum(n for s, n in self.counts.items() if s in TERMINAL)
+
+    @property
+    def state(self) -> str:
+        return state_of(self.counts)
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at or timezone.now()) - self.started_at
+
+
+def summaries(records) -> list[Summary]:
+    """Each workflow of `records` with its counts (two grouped reads over the page's ids)."""
+    records = list(records)
+    ids = [r.id for r in records]
+    counts: dict = {}
+    for row in (
+        Job.objects.filter(workflow_id__in=ids)
+        .values("workflow_id", "state")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts.setdefault(row["workflow_id"], {})[row["state"]] = row["n"]
+    times = {
+        row["workflow_id"]: row
+        for row in Job.objects.filter(workflow_id__in=ids)
+        .values("workflow_id")
+        .annotate(started=Min("started_at"), finished=Max("finished_at"))
+        .order_by()
+    }
+    result = []
+    for record in records:
+        tally = counts.get(record.id, {})
+        timing = times.get(record.id, {})
+        ended = state_of(tally) in FINISHED
+        result.append(
+            Summary(
+                record=record,
+                counts=tally,
+                started_at=timing.get("started"),
+                finished_at=timing.get("finished") if ended else None,
+            )
+        )
+    return result
+
+
+def state_of(counts: dict) -> str:
+    """A workflow's state from its nodes' counts: pending until a node starts, running until
+    every node has ended, then succeeded, failed (a node dead-lettered) or cancelled."""
+    total = sum(counts.values())
+    ended = sum(counts.get(s, 0) for s in TERMINAL)
+    if total == 0:
+        return "empty"
+    if ended < total:
+        return "running" if counts.get(JobState.RUNNING) or ended else "pending"
+    if counts.get(JobState.DEAD_LETTER):
+        return "failed"
+    if counts.get(JobState.CANCELLED):
+        return "cancelled"
+    return "succeeded"
+
+
+FINISHED = ("succeeded", "failed", "cancelled", "empty")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Graph:
+    """A workflow's nodes with their upstream ids, in layers: a node's layer is one more than
+    its deepest upstream node's (roots are layer 0)."""
+
+    nodes: list  # Job rows, each with `.after` (upstream job ids) and `.layer`
+    layers: list  # [[Job, ...], ...]
+
+
+def graph(workflow_id, columns=None) -> Graph:
+    jobs = Job.objects.filter(workflow_id=workflow_id).order_by("enqueued_at", "id")
+    if columns:
+        jobs = jobs.only(*columns)
+    nodes = list(jobs)
+    after: dict = {n.id: [] for n in nodes}
+    for down, up in Dependency.objects.filter(downstream_id__in=list(after)).values_list(
+        "downstream_id", "upstream_id"
+    ):
+        after[down].append(up)
+    layer: dict = {}
+    by_id = {n.id: n for n in nodes}
+
+    def depth(job_id):
+        # Iterative: a 1,000-deep chain must not hit the recursion limit.
+        stack = [job_id]
+        while stack:
+            current = stack[-1]
+            pending = [u for u in after[current] if u in by_id and u not in layer]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            ups = [layer[u] for u in after[current] if u in by_id]
+            layer[current] = 1 + max(ups) if ups else 0
+        return layer[job_id]
+
+    layers: list = []
+    for node in nodes:
+        node.after = sorted(after[node.id], key=str)
+        node.layer = depth(node.id)
+        while len(layers) <= node.layer:
+            layers.append([])
+        layers[node.layer].append(node)
+    return Graph(nodes=nodes, layers=layers)
