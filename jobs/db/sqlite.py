@@ -39,6 +39,7 @@ from .sql import (
     sql_in,
     sql_state,
 )
+from .sqlite_wake import Wakeups, folder_for, waker_for
 
 # The values of an attempt row as `_insert_attempts` builds them (attempt_row() puts them in
 # the model's order; a column missing here fails loudly there).
@@ -125,6 +126,7 @@ def raw_cursor():
 class SQLiteEngine(Engine):
     vendor = "sqlite"
     now = "jobsite_now()"
+    wakes_workers = True
 
     def __init__(self):
         self._finish_text: dict[int, str] = {}
@@ -240,6 +242,27 @@ class SQLiteEngine(Engine):
             RETURNING {self.claimed_columns()}
         """.replace("%s", "?")
 
+    # --- wake-ups ---------------------------------------------------------------------------
+
+    def notify(self, cursor=None) -> None:
+        """Wake idle workers once the transaction commits (jobs.db.sqlite_wake); once per
+        transaction however many jobs it adds."""
+        waker = waker_for(connection.settings_dict["NAME"])
+        if waker is None:
+            return
+        if connection.in_atomic_block:
+            if any(func is waker for _, func, _ in connection.run_on_commit):
+                return
+            transaction.on_commit(waker)
+        else:
+            waker.wake()
+
+    def listener(self, options) -> Wakeups | None:
+        """A socket beside the database file (jobs.db.sqlite_wake); None for a database in
+        memory, which no worker process shares."""
+        folder = folder_for(connection.settings_dict["NAME"])
+        return Wakeups(folder) if folder is not None else None
+
     # --- enqueue ------------------------------------------------------------------------------
 
     def insert_job(self, row: dict) -> None:
@@ -269,6 +292,7 @@ class SQLiteEngine(Engine):
             with raw_cursor() as raw:
                 raw.executemany(sql, [self._params(row) for row in rows])
             self.add_counters({"jobs_enqueued": len(rows)})
+            self.notify()
 
     def link(self, edges, *, cursor=None) -> None:
         if not edges:
@@ -309,6 +333,7 @@ class SQLiteEngine(Engine):
         row = f"({self._placeholders()})"
         params = [p for r in rows for p in self._params(r)]
         cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join([row] * len(rows))}", params)
+        self.notify()
 
     # --- finish -------------------------------------------------------------------------------
 
