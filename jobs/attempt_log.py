@@ -163,7 +163,8 @@ class AttemptLog:
 
 
 def _log(attempt: int, rows) -> AttemptLog:
-    entries, cut, previous = [], 0, 0
+    entries: list[Line | Cut] = []
+    cut = previous = 0
     for seq, logged_at, level, message in rows:
         if seq > previous + 1:
             entries.append(Cut(seq - previous - 1))

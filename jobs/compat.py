@@ -31,18 +31,18 @@ except ImportError:  # Django < 6.0: the backport.
             "jobsite on Django 5.2 needs the django-tasks backport (Django 6 has it built in): "
             'pip install "jobsite[django52]" "Django>=5.2,<6.0"'
         ) from None
-    from django_tasks import (
+    from django_tasks import (  # type: ignore[no-redef]
         TaskContext,
         TaskResult,
         TaskResultStatus,
         task,
         task_backends,
     )
-    from django_tasks.backends.base import BaseTaskBackend
-    from django_tasks.base import Task, TaskError
-    from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
+    from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
+    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
+    from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
 
 
 def reaches_anyone(signal, sender, level) -> bool:

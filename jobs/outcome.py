@@ -174,8 +174,9 @@ def failure_from_outside(
         if kind == RanKind.CRASHED and getattr(task, "on_crash", "retry") == "dead_letter":
             stop = DeadLetterReason.CRASHED
         elif kind != RanKind.INTERRUPTED:
-            error = (error_type, text)
-            delay, stop = plan_failed_retry(claimed, task, exc, worker_id=worker_id, error=error)
+            delay, stop = plan_failed_retry(
+                claimed, task, exc, worker_id=worker_id, error=(error_type, text)
+            )
     error = {"error_type": error_type, "error_message": message, "error_traceback": text}
     return Ran(
         claimed.id,

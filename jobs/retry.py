@@ -61,17 +61,17 @@ class _Policy:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         _check_attempt(attempt)
-        rng = rng or random
+        draw = rng.uniform if rng is not None else random.uniform
         # Only the shapes in use draw from rng, so a seeded source repeats across versions.
         delay = self.base_delay(attempt)
         if self.jitter:
-            delay += rng.uniform(0, self.jitter)
+            delay += draw(0, self.jitter)
         if self.jitter_abs:
-            delay += rng.uniform(-self.jitter_abs, self.jitter_abs)
+            delay += draw(-self.jitter_abs, self.jitter_abs)
         if self.jitter_ratio:
-            delay += delay * rng.uniform(-self.jitter_ratio, self.jitter_ratio)
+            delay += delay * draw(-self.jitter_ratio, self.jitter_ratio)
         if self.jitter_up_ratio:
-            delay += delay * rng.uniform(0, self.jitter_up_ratio)
+            delay += delay * draw(0, self.jitter_up_ratio)
         cap = self.cap()
         return max(0.0, delay if cap is None else min(delay, cap))
 

@@ -19,7 +19,7 @@ from .states import JobState
 try:
     import sentry_sdk
 except ImportError:  # the sentry extra is not installed
-    sentry_sdk = None
+    sentry_sdk = None  # type: ignore[assignment]
 
 CAPTURE_CHOICES = ("dead_letter", "every_failure")
 
@@ -44,7 +44,7 @@ def capture_failures(settled, options) -> None:
         wanted.add(JobState.RETRYING)
     for f, claimed in settled:
         if f.state in wanted and f.error_type:
-            sentry_sdk.capture_event(_event(f, claimed))
+            sentry_sdk.capture_event(_event(f, claimed))  # type: ignore[arg-type]
 
 
 def _event(f, claimed) -> dict:
@@ -88,4 +88,8 @@ def schedules_fired(fired, backend) -> None:
                 "schedule": {"type": "crontab", "value": spec.cron},
                 "timezone": spec.timezone,
             }
-        capture_checkin(monitor_slug=result.schedule, status="ok", monitor_config=config)
+        capture_checkin(
+            monitor_slug=result.schedule,
+            status="ok",
+            monitor_config=config,  # type: ignore[arg-type]
+        )

@@ -101,8 +101,9 @@ def _storable_backoff(backoff):
         ) from None
 
 
+# Django's TaskContext is a frozen dataclass too; its stubs do not say so.
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext(TaskContext):
+class JobContext(TaskContext):  # type: ignore[misc]
     """What a task with takes_context=True receives as `context`."""
 
     attempt: int

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 try:
     from opentelemetry import context, propagate, trace
 except ImportError:  # the otel extra is not installed
-    trace = None
+    trace = None  # type: ignore[assignment]
 
 TRACER = "jobsite"
 
@@ -45,7 +45,7 @@ def enqueue_span(row: dict, *, count: int = 1):
     with tracer.start_as_current_span(
         f"enqueue {path}", kind=trace.SpanKind.PRODUCER, attributes=attributes
     ):
-        carrier = {}
+        carrier: dict[str, str] = {}
         propagate.inject(carrier)
         row["trace_context"] = carrier or None
         yield

@@ -8,6 +8,7 @@ field's kind; a column's special treatment at enqueue follows from its definitio
 
 from dataclasses import dataclass
 from functools import cache
+from typing import cast
 
 from django.db import models
 from django.utils import timezone
@@ -58,11 +59,15 @@ class Column:
     fallback: object = None
 
 
+def _column_name(field: models.Field) -> str:
+    return cast(str, field.column)  # a concrete field's column is never None
+
+
 def _column(field: models.Field) -> Column:
-    target = field.target_field if field.is_relation else field
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
     kind = target.get_internal_type()
     return Column(
-        name=field.column,
+        name=_column_name(field),
         pg_type=PG_TYPES[kind],
         is_uuid=kind == "UUIDField",
         is_time=kind == "DateTimeField",
@@ -89,4 +94,4 @@ def attempt_row() -> tuple[str, ...]:
     """The columns of an attempt row (all but its own key)."""
     from ..models import Attempt
 
-    return tuple(f.column for f in Attempt._meta.concrete_fields if not f.primary_key)
+    return tuple(_column_name(f) for f in Attempt._meta.concrete_fields if not f.primary_key)
