@@ -89,7 +89,8 @@ INSERT INTO jobs_job (
     id, task_path, backend, args, kwargs, queue_name, priority, state, attempt, max_attempts,
     timeout, run_after, not_after, dedup_key, rerun_of_id, parent_id, enqueued_at, started_at,
     finished_at, error_type, error_message, error_traceback, dead_letter_reason, return_value,
-    worker_id, lease_id, lease_expires_at, cancel_requested_at
+    worker_id, lease_id, lease_expires_at, cancel_requested_at, node_name, waiting_for,
+    runs_on_upstream_failure
 )
 SELECT
     gen_random_uuid(), 'app.tasks.' || task, 'default',
@@ -113,7 +114,9 @@ SELECT
     CASE WHEN state = 'running' THEN 'bench-worker-' || (g %% 8) ELSE '' END,
     CASE WHEN state = 'running' THEN gen_random_uuid() END,
     CASE WHEN state = 'running' THEN now() + interval '60 seconds' END,
-    NULL
+    NULL,
+    CASE WHEN state = 'running' THEN 'worker-' || (g %% 8) || '.internal' ELSE '' END,
+    0, false
 FROM rows
 """
 
