@@ -514,7 +514,7 @@ def test_bulk_retry_asks_first_with_the_count_then_retries_the_ticked_rows(opera
 
 @pytest.mark.django_db
 def test_bulk_retry_of_every_match_is_capped_and_says_so(operator_client, monkeypatch):
-    monkeypatch.setattr("dashboard.views.BULK_CAP", 2)
+    monkeypatch.setattr("dashboard.bulk_views.BULK_CAP", 2)
     for _ in range(3):
         make_job(JobState.DEAD_LETTER, queue_name="billing")
     make_job(JobState.DEAD_LETTER, queue_name="emails")
@@ -592,7 +592,7 @@ def test_overview_counts_states_and_queues_and_draws_the_last_hour(viewer_client
 def test_state_counts_are_exact_where_kept_and_marked_above_the_cap_elsewhere(
     viewer_client, monkeypatch
 ):
-    monkeypatch.setattr("dashboard.queries.STATE_CAP", 2)
+    monkeypatch.setattr("dashboard.queue_rows.STATE_CAP", 2)
     for _ in range(4):
         make_job(JobState.SUCCEEDED)
     html = viewer_client.get("/").content.decode()
@@ -619,7 +619,7 @@ def test_oldest_due_job_is_found_across_priorities_and_ignores_future_ones(viewe
 def test_queue_split_beyond_the_sample_is_an_estimate_where_counts_are_not_kept(
     viewer_client, monkeypatch
 ):
-    monkeypatch.setattr("dashboard.queries.QUEUE_SAMPLE", 2)
+    monkeypatch.setattr("dashboard.queue_rows.QUEUE_SAMPLE", 2)
     for _ in range(3):
         make_job(queue_name="emails")
     html = viewer_client.get("/").content.decode()
