@@ -69,8 +69,10 @@ def rerun(request, job_id):
     if asking := _ask_first(request, action_buttons.RERUN, job_id):
         return asking
     # The form carries a one-time token: the same press sent twice reruns once, across processes.
-    token = request.POST.get("token", "")[:64]
-    key = f"dashboard:{request.user.pk}:{token}" if token else ""
+    # A list's one action form carries one token for all its rows, so the key names the job too
+    # (and stays within the audit log's 100 characters).
+    token = request.POST.get("token", "")[:32]
+    key = f"dashboard:{request.user.pk}:{job_id}:{token}" if token else ""
     arguments = {}
     if request.POST.get("edit"):
         # Edit and rerun: the new arguments, shown back with their errors when they are refused.

@@ -276,6 +276,41 @@ def test_submitting_the_same_rerun_form_twice_reruns_once(operator_client, dead_
 
 
 @pytest.mark.django_db
+def test_one_rerun_token_shared_by_a_list_s_rows_reruns_each_job_once(operator_client):
+    first, second = make_job(JobState.DEAD_LETTER), make_job(JobState.DEAD_LETTER)
+    data = {"token": uuid.uuid4().hex, "next": "/dead-letters/"}
+    for job in (first, second, first):
+        operator_client.post(action_url("rerun", job), data)
+    assert Job.objects.filter(rerun_of=first).count() == 1
+    assert Job.objects.filter(rerun_of=second).count() == 1
+
+
+@pytest.mark.django_db
+def test_dead_letter_rows_are_buttons_of_one_form_carrying_the_token_once(operator_client):
+    jobs = [make_job(JobState.DEAD_LETTER) for _ in range(3)]
+    html = operator_client.get("/dead-letters/").content.decode()
+    (form,) = re.findall(r'<form class="row-actions".*?</form>', html, re.S)
+    assert form.count('name="csrfmiddlewaretoken"') == 1
+    assert form.count('name="next" value="/dead-letters/"') == 1
+    assert form.count('name="token"') == 1
+    for job in jobs:
+        for action in ("retry", "rerun", "discard"):
+            url = f"/jobs/{job.id}/{action}/"
+            assert f'formaction="{url}" hx-post="{url}"' in form
+    rerun = re.search(r"<button [^>]*/rerun/[^>]*>", form).group(0)
+    assert 'name="confirm" value="ask"' in rerun and 'data-confirm="Rerun this job?' in rerun
+    retry = re.search(r"<button [^>]*/retry/[^>]*>", form).group(0)
+    assert "confirm" not in retry
+
+
+@pytest.mark.django_db
+def test_a_viewer_sees_the_dead_letter_rows_without_an_action_form(viewer_client, dead_letter):
+    html = viewer_client.get("/dead-letters/").content.decode()
+    assert f'data-job-id="{dead_letter.id}"' in html
+    assert 'class="row-actions"' not in html and "formaction" not in html
+
+
+@pytest.mark.django_db
 def test_rerun_of_an_unfinished_job_is_refused_with_the_reason(operator_client):
     job = make_job(JobState.PENDING)
     response = operator_client.post(action_url("rerun", job), follow=True)
