@@ -64,10 +64,11 @@ def test_rerun_asks_in_a_dialog_escape_keeps_things_as_they_are_and_confirm_reru
 def test_rerun_from_the_dead_letter_list_asks_in_a_dialog_and_reruns_that_row_only(open_console):
     first, second = dead_letter_of_add(), dead_letter_of_add()
     page = open_console()
-    page.goto(f"{base_of(page)}/dead-letters/")
     dialog = page.get_by_role("dialog")
 
-    for job in (first, second):  # the rows share one form and its one Rerun token
+    for job in (first, second):
+        # Afresh each time, so that the message awaited below is this rerun's.
+        page.goto(f"{base_of(page)}/dead-letters/")
         row = page.locator(f'tr[data-job-id="{job.id}"]')
         row.get_by_role("button", name="Rerun", exact=True).click()
         expect(dialog).to_contain_text("Rerun this job? A new run with the same arguments")
