@@ -14,7 +14,7 @@ from jobs.models import Job
 from jobs.names import check_queue_name
 from jobs.states import JobState
 
-from . import metrics, openapi, queries
+from . import metrics, openapi, queries, queue_rows
 from .auth import api_view
 from .columns import JOB_COLUMNS
 from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor, Page, keyset_page
@@ -204,7 +204,7 @@ def bulk_filter(value) -> dict:
 
 
 def queue_response(name: str):
-    for status in queries.queue_statuses(timezone.now()):
+    for status in queue_rows.queue_statuses(timezone.now()):
         if status.name == name:
             return JsonResponse(queue_json(status))
     return JsonResponse(
@@ -355,7 +355,7 @@ def bulk_action(request):
 @api_view("GET")
 def queue_list(request):
     refuse_parameters(request)
-    statuses = queries.queue_statuses(timezone.now())
+    statuses = queue_rows.queue_statuses(timezone.now())
     return JsonResponse({"results": [queue_json(status) for status in statuses]})
 
 

@@ -46,8 +46,11 @@ RUN_NOW = Button(action="run-now", label="Run now", url_name="dashboard:run_now"
 
 def job_buttons(job, user) -> list[Button]:
     """The actions `user` may take on `job` in its current state, in display order."""
-    if not can_operate(user):
-        return []
+    return state_buttons(job) if can_operate(user) else []
+
+
+def state_buttons(job) -> list[Button]:
+    """The actions `job` offers in its current state to someone who may act on jobs."""
     buttons = []
     if due_later(job):
         buttons.append(RUN_NOW)

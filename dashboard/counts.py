@@ -5,10 +5,9 @@ A count is exact while it stays under a cap (a COUNT over a LIMITed subquery rea
 SQLite has no per-value statistics, so there the answer is "more than the cap".
 """
 
-import json
 from dataclasses import dataclass
 
-from django.db import connection
+from jobs.db import console_sql
 
 STATE_CAP = 1_000
 
@@ -49,13 +48,6 @@ def tally(queryset, cap):
 
 
 def planner_estimate(queryset):
-    """PostgreSQL's row estimate for `queryset`, or None where the database has none."""
-    if connection.vendor != "postgresql":
-        return None
+    """The database's row estimate for `queryset`, or None where it keeps none."""
     sql, params = queryset.order_by().values("pk").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+    return console_sql.row_estimate(sql, params)

@@ -8,7 +8,7 @@ from jobs.models import Job, WorkerNode
 from jobs.states import CLAIMABLE
 
 from .counts import Tally, tally
-from .queries import lease_seconds
+from .worker_rows import lease_seconds
 
 # Enough to say "many"; the banner is no place for a slow count.
 DUE_CAP = 1_000

@@ -24,7 +24,7 @@ from jobs.state_counts import job_counts
 from jobs.states import JobState
 
 from .auth import api_view
-from .queries import oldest_due
+from .queue_rows import oldest_due
 
 COUNTERS = {
     "jobs_enqueued": "Jobs enqueued.",

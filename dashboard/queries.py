@@ -6,15 +6,15 @@ are capped (see `counts`), and the lists of queue and task names come from a loo
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.db.models.functions import TruncMinute
 
-from jobs import db, queues, state_counts, timing
-from jobs.models import Attempt, AuditEntry, Job, WorkerNode
+from jobs.db.console_sql import read_timestamp
+from jobs.models import Attempt, AuditEntry, Job
 from jobs.search import search
 from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
@@ -31,14 +31,7 @@ DEAD_LETTER_WINDOW = 2_000
 # Under a text search the newest matches are found row by row when the text is common (see
 # jobs.search), so the window is smaller: 500 is still every error of a triage at a glance.
 DEAD_LETTER_SEARCH_WINDOW = 500
-QUEUE_SAMPLE = 1_000
-MAX_RUNNING_SHOWN = 500
-RUNNING_SHOWN_PER_WORKER = 10
 LINEAGE_DEPTH = 20
-
-
-def lease_seconds() -> float:
-    return timing.configured().lease_seconds
 
 
 # Names of queues and tasks.
@@ -64,194 +57,7 @@ def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-# Overview.
-
-
-def state_tallies() -> dict[str, Tally]:
-    """A tally of the jobs in each state, in lifecycle order: exact where the database keeps
-    the counts, capped (`counts.tally`) where counting would scan."""
-    if state_counts.kept():
-        by_state = dict.fromkeys(JobState, 0)
-        for (_, state), n in state_counts.job_counts().items():
-            by_state[state] = by_state.get(state, 0) + n
-        return {state: Tally(value=by_state[state]) for state in JobState}
-    return {state: tally(Job.objects.filter(state=state), STATE_CAP) for state in JobState}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class QueueRow:
-    name: str
-    pending: Tally
-    running: Tally
-    retrying: Tally
-    dead_letter: Tally
-    # How long the job that has waited longest since it became due has been waiting.
-    oldest_due_age: timedelta | None
-    # Do workers claim nothing from it (`jobs.queues.pause`)?
-    paused: bool = False
-
-
-QUEUE_COLUMNS = (JobState.PENDING, JobState.RUNNING, JobState.RETRYING, JobState.DEAD_LETTER)
-
-
-def queue_rows(now: datetime, states: dict[str, Tally]) -> list[QueueRow]:
-    """Per queue: jobs in the states that need watching, and the age of the oldest due job."""
-    paused = queues.paused()
-    if state_counts.kept():
-        counts = queues.job_counts()
-        return [
-            QueueRow(
-                name=name,
-                **{state: Tally(value=counts[name].get(state, 0)) for state in QUEUE_COLUMNS},
-                oldest_due_age=_age(now, oldest_due(name, now)),
-                paused=name in paused,
-            )
-            for name in sorted(counts)
-        ]
-    split = {state: per_queue(state, states[state]) for state in QUEUE_COLUMNS}
-    return [
-        QueueRow(
-            name=name,
-            **{state: split[state].get(name, _none_in(split[state])) for state in QUEUE_COLUMNS},
-            oldest_due_age=_age(now, oldest_due(name, now)),
-            paused=name in paused,
-        )
-        for name in distinct_names("queue_name")
-    ]
-
-
-def per_queue(state: str, total: Tally) -> dict[str, Tally]:
-    """How the jobs in `state` split across queues.
-
-    Read from the `QUEUE_SAMPLE` most recent jobs in that state (one index range): exact when
-    that is all of them, otherwise the state's total shared out in the sample's proportions.
-    """
-    table = connection.ops.quote_name(Job._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT queue_name, COUNT(*) FROM (
-                SELECT queue_name FROM {table} WHERE state = %s
-                ORDER BY enqueued_at DESC, id DESC LIMIT %s
-            ) AS recent GROUP BY queue_name
-            """,
-            [state, QUEUE_SAMPLE],
-        )
-        sample = dict(cursor.fetchall())
-    sampled = sum(sample.values())
-    if sampled < QUEUE_SAMPLE:
-        return {name: Tally(value=n) for name, n in sample.items()}
-    if total.at_least:
-        return {name: Tally(value=n, exact=False, at_least=True) for name, n in sample.items()}
-    return {
-        name: Tally(value=round(total.value * n / sampled), exact=False)
-        for name, n in sample.items()
-    }
-
-
-def _none_in(split: dict[str, Tally]) -> Tally:
-    """What a queue absent from the split has: none, or none among the jobs sampled."""
-    sampled_all = all(t.exact for t in split.values())
-    return Tally(value=0, exact=sampled_all)
-
-
-def oldest_due(queue: str, now: datetime) -> datetime | None:
-    """The earliest run_after among the due jobs of `queue`.
-
-    The queue claim index orders a queue by priority, then run_after: the claim's own walk over
-    the priority levels (Engine.level_walk) finds the levels in use, and the earliest due job
-    of each is one probe.
-    """
-    engine = db.engine()
-    queue_test = "AND queue_name = %s"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            {engine.level_walk(queue_test, 1)}
-            SELECT (SELECT run_after FROM {engine.claim_source(1)}
-                    WHERE {engine.claimable(1)} {queue_test}
-                      AND priority = level.priority AND run_after <= %s
-                    ORDER BY run_after LIMIT 1) AS first_due
-            FROM level WHERE level.priority IS NOT NULL
-            """,
-            [queue, queue, queue, now],
-        )
-        found = [as_datetime(row[0]) for row in cursor.fetchall() if row[0] is not None]
-    return min(found, default=None)
-
-
-def _age(now, moment):
-    return now - moment if moment else None
-
-
-def as_datetime(value) -> datetime:
-    """A timestamp from a raw cursor: SQLite hands back text."""
-    if isinstance(value, datetime):
-        moment = value
-    else:
-        moment = datetime.fromisoformat(value)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-# Queues.
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class QueueStatus:
-    name: str
-    paused: bool
-    paused_at: datetime | None
-    # Who paused it: an operator's username, "circuit breaker", or "".
-    paused_by: str = ""
-    counts: dict[str, Tally]
-    oldest_due_at: datetime | None
-    oldest_due_age: timedelta | None
-    # Attempts finished in the last hour, and how many of them failed (None: no attempt).
-    finished_last_hour: Tally
-    failure_rate: float | None
-
-
-def queue_statuses(now: datetime) -> list[QueueStatus]:
-    """Every queue (with jobs, or paused): counts per state, oldest due job, last hour's runs.
-
-    Counts per state are exact (`jobs.queues.job_counts`); the last hour's runs are counted up
-    to a cap and split across queues by the most recent of them (`jobs.queues.last_hour`).
-    """
-    counts = queues.job_counts()
-    paused = queues.paused()
-    hour = queues.last_hour(now)
-    statuses = []
-    for name in sorted(set(counts) | set(paused)):
-        due = oldest_due(name, now)
-        runs = hour.finished.get(name, 0)
-        held = counts.get(name, {})
-        statuses.append(
-            QueueStatus(
-                name=name,
-                paused=name in paused,
-                paused_at=paused[name].paused_at if name in paused else None,
-                paused_by=paused[name].paused_by if name in paused else "",
-                counts={state: Tally(value=held.get(state, 0)) for state in JobState},
-                oldest_due_at=due,
-                oldest_due_age=_age(now, due),
-                finished_last_hour=Tally(value=runs, exact=hour.exact, at_least=hour.capped),
-                failure_rate=hour.failed.get(name, 0) / runs if runs else None,
-            )
-        )
-    return statuses
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerCounts:
-    online: int
-    # Not stopped, but silent for longer than the lease: presumed dead.
-    lost: int
-
-
-def worker_counts() -> WorkerCounts:
-    online = WorkerNode.objects.online(lease_seconds()).count()
-    unstopped = WorkerNode.objects.filter(stopped_at__isnull=True).count()
-    return WorkerCounts(online=online, lost=unstopped - online)
+# The last hour, for the overview's chart.
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -364,8 +170,8 @@ def dead_letter_groups(filters: dict) -> DeadLetterGroups:
                 "task_path": task_path,
                 "error_type": error_type,
                 "count": count,
-                "first_seen": as_datetime(first),
-                "last_seen": as_datetime(last),
+                "first_seen": read_timestamp(first),
+                "last_seen": read_timestamp(last),
             }
             for task_path, error_type, count, first, last in cursor.fetchall()
         ]
@@ -433,76 +239,3 @@ def job_lineage(job: Job) -> Lineage:
         parent=related.filter(id=job.parent_id).first() if job.parent_id else None,
         continuations=list(related.filter(parent=job)[:LINEAGE_DEPTH]),
     )
-
-
-# Workers.
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerRow:
-    node: WorkerNode
-    # "online", "lost" (no heartbeat within the lease) or "stopped".
-    status: str
-    heartbeat_age: timedelta
-    running: list  # the first RUNNING_SHOWN_PER_WORKER of its running jobs
-    running_count: int = 0
-    # Free executors for a sync job and free coroutine slots at its last heartbeat (None:
-    # not reported), each with the worker's total.
-    free_sync: int | None = None
-    sync_total: int = 0
-    free_async: int | None = None
-    async_total: int = 0
-
-    @property
-    def running_more(self) -> int:
-        return self.running_count - len(self.running)
-
-
-# What the workers page shows of each running job (its progress bar included).
-RUNNING_COLUMNS = "id task_path queue_name worker_id started_at attempt state progress"
-
-
-def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> list[WorkerRow]:
-    lease = timedelta(seconds=lease_seconds())
-    nodes = list(
-        WorkerNode.objects.filter(
-            Q(stopped_at__isnull=True) | Q(stopped_at__gte=now - recent)
-        ).order_by("stopped_at", "-last_heartbeat_at")[:200]
-    )
-    running: dict[str, list] = {}
-    jobs = (
-        Job.objects.running()
-        .filter(worker_id__in=[n.id for n in nodes])
-        .only(*RUNNING_COLUMNS.split())
-        .order_by("started_at")[:MAX_RUNNING_SHOWN]
-    )
-    for job in jobs:
-        running.setdefault(job.worker_id, []).append(job)
-    return [
-        WorkerRow(
-            node=node,
-            status=_worker_status(node, now, lease),
-            heartbeat_age=now - node.last_heartbeat_at,
-            running=running.get(node.id, [])[:RUNNING_SHOWN_PER_WORKER],
-            running_count=len(running.get(node.id, [])),
-            **_slots(node),
-        )
-        for node in nodes
-    ]
-
-
-def _slots(node: WorkerNode) -> dict:
-    if node.stopped_at:
-        return {}
-    return {
-        "free_sync": node.free_sync_slots,
-        "sync_total": node.concurrency,
-        "free_async": node.free_async_slots,
-        "async_total": node.concurrency * node.async_concurrency,
-    }
-
-
-def _worker_status(node: WorkerNode, now: datetime, lease: timedelta) -> str:
-    if node.stopped_at:
-        return "stopped"
-    return "online" if now - node.last_heartbeat_at <= lease else "lost"

@@ -95,7 +95,7 @@ def job_detail_json(job, attempts, reruns=()) -> dict:
 
 
 def queue_json(status) -> dict:
-    """A queue (`dashboard.queries.QueueStatus`): counts per state as numbers."""
+    """A queue (`dashboard.queue_rows.QueueStatus`): counts per state as numbers."""
     return {
         "name": status.name,
         "paused": status.paused,

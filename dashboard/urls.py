@@ -6,24 +6,24 @@ project mounts them at the root.
 
 from django.urls import include, path, re_path
 
-from . import limit_views, schedule_views, views, workflow_views
+from . import action_views, bulk_views, limit_views, schedule_views, views, workflow_views
 
 app_name = "dashboard"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("jobs/", views.job_list, name="jobs"),
-    path("jobs/bulk/", views.bulk_action, name="bulk_action"),
+    path("jobs/bulk/", bulk_views.bulk_action, name="bulk_action"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job"),
-    path("jobs/<uuid:job_id>/retry/", views.retry, name="retry"),
-    path("jobs/<uuid:job_id>/rerun/", views.rerun, name="rerun"),
-    path("jobs/<uuid:job_id>/cancel/", views.cancel, name="cancel"),
-    path("jobs/<uuid:job_id>/run-now/", views.run_now, name="run_now"),
-    path("jobs/<uuid:job_id>/discard/", views.discard, name="discard"),
+    path("jobs/<uuid:job_id>/retry/", action_views.retry, name="retry"),
+    path("jobs/<uuid:job_id>/rerun/", action_views.rerun, name="rerun"),
+    path("jobs/<uuid:job_id>/cancel/", action_views.cancel, name="cancel"),
+    path("jobs/<uuid:job_id>/run-now/", action_views.run_now, name="run_now"),
+    path("jobs/<uuid:job_id>/discard/", action_views.discard, name="discard"),
     path("dead-letters/", views.dead_letter_list, name="dead_letters"),
-    path("dead-letters/retry/", views.bulk_retry, name="bulk_retry"),
+    path("dead-letters/retry/", bulk_views.bulk_retry, name="bulk_retry"),
     path("queues/", views.queue_list, name="queues"),
-    re_path(r"^queues/(?P<name>[\s\S]+)/pause/$", views.queue_pause, name="queue_pause"),
-    re_path(r"^queues/(?P<name>[\s\S]+)/resume/$", views.queue_resume, name="queue_resume"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/pause/$", action_views.queue_pause, name="queue_pause"),
+    re_path(r"^queues/(?P<name>[\s\S]+)/resume/$", action_views.queue_resume, name="queue_resume"),
     path("workers/", views.worker_list, name="workers"),
     path("schedules/", schedule_views.schedule_list, name="schedules"),
     path("schedules/<str:name>/pause/", schedule_views.pause, name="schedule_pause"),

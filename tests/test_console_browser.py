@@ -4,6 +4,7 @@ real browser (Playwright driving Debian's Chromium against the live server).
 Screenshots go to a temporary folder whose path is printed; run with `-s` to see it.
 """
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -57,6 +58,37 @@ def test_rerun_asks_in_a_dialog_escape_keeps_things_as_they_are_and_confirm_reru
     page.get_by_role("button", name="Rerun", exact=True).click()
     dialog.get_by_role("button", name="Rerun job", exact=True).click()
     expect(page.locator("#job .messages")).to_contain_text("new run enqueued")
+    assert Job.objects.filter(rerun_of=job).count() == 1
+
+
+def test_rerun_from_the_dead_letter_list_asks_in_a_dialog_and_reruns_that_row_only(open_console):
+    first, second = dead_letter_of_add(), dead_letter_of_add()
+    page = open_console()
+    dialog = page.get_by_role("dialog")
+
+    for job in (first, second):
+        # Afresh each time, so that the message awaited below is this rerun's.
+        page.goto(f"{base_of(page)}/dead-letters/")
+        row = page.locator(f'tr[data-job-id="{job.id}"]')
+        row.get_by_role("button", name="Rerun", exact=True).click()
+        expect(dialog).to_contain_text("Rerun this job? A new run with the same arguments")
+        dialog.get_by_role("button", name="Rerun job", exact=True).click()
+        expect(page.get_by_role("status")).to_contain_text("new run enqueued")
+
+    assert Job.objects.filter(rerun_of=first).count() == 1
+    assert Job.objects.filter(rerun_of=second).count() == 1
+
+
+def test_rerun_from_the_dead_letter_list_without_javascript_asks_on_a_page(open_console):
+    job = dead_letter_of_add()
+    page = open_console(javascript=False)
+    page.goto(f"{base_of(page)}/dead-letters/")
+    page.get_by_role("button", name="Rerun", exact=True).click()
+    expect(page.get_by_role("heading", name="Rerun add")).to_be_visible()
+    assert not Job.objects.filter(rerun_of=job).exists()
+    page.get_by_role("button", name="Rerun job", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/dead-letters/$"))
+    expect(page.get_by_role("status")).to_contain_text("new run enqueued")
     assert Job.objects.filter(rerun_of=job).count() == 1
 
 

@@ -276,6 +276,41 @@ def test_submitting_the_same_rerun_form_twice_reruns_once(operator_client, dead_
 
 
 @pytest.mark.django_db
+def test_one_rerun_token_shared_by_a_list_s_rows_reruns_each_job_once(operator_client):
+    first, second = make_job(JobState.DEAD_LETTER), make_job(JobState.DEAD_LETTER)
+    data = {"token": uuid.uuid4().hex, "next": "/dead-letters/"}
+    for job in (first, second, first):
+        operator_client.post(action_url("rerun", job), data)
+    assert Job.objects.filter(rerun_of=first).count() == 1
+    assert Job.objects.filter(rerun_of=second).count() == 1
+
+
+@pytest.mark.django_db
+def test_dead_letter_rows_are_buttons_of_one_form_carrying_the_token_once(operator_client):
+    jobs = [make_job(JobState.DEAD_LETTER) for _ in range(3)]
+    html = operator_client.get("/dead-letters/").content.decode()
+    (form,) = re.findall(r'<form class="row-actions".*?</form>', html, re.S)
+    assert form.count('name="csrfmiddlewaretoken"') == 1
+    assert form.count('name="next" value="/dead-letters/"') == 1
+    assert form.count('name="token"') == 1
+    for job in jobs:
+        for action in ("retry", "rerun", "discard"):
+            url = f"/jobs/{job.id}/{action}/"
+            assert f'formaction="{url}" hx-post="{url}"' in form
+    rerun = re.search(r"<button [^>]*/rerun/[^>]*>", form).group(0)
+    assert 'name="confirm" value="ask"' in rerun and 'data-confirm="Rerun this job?' in rerun
+    retry = re.search(r"<button [^>]*/retry/[^>]*>", form).group(0)
+    assert "confirm" not in retry
+
+
+@pytest.mark.django_db
+def test_a_viewer_sees_the_dead_letter_rows_without_an_action_form(viewer_client, dead_letter):
+    html = viewer_client.get("/dead-letters/").content.decode()
+    assert f'data-job-id="{dead_letter.id}"' in html
+    assert 'class="row-actions"' not in html and "formaction" not in html
+
+
+@pytest.mark.django_db
 def test_rerun_of_an_unfinished_job_is_refused_with_the_reason(operator_client):
     job = make_job(JobState.PENDING)
     response = operator_client.post(action_url("rerun", job), follow=True)
@@ -514,7 +549,7 @@ def test_bulk_retry_asks_first_with_the_count_then_retries_the_ticked_rows(opera
 
 @pytest.mark.django_db
 def test_bulk_retry_of_every_match_is_capped_and_says_so(operator_client, monkeypatch):
-    monkeypatch.setattr("dashboard.views.BULK_CAP", 2)
+    monkeypatch.setattr("dashboard.bulk_views.BULK_CAP", 2)
     for _ in range(3):
         make_job(JobState.DEAD_LETTER, queue_name="billing")
     make_job(JobState.DEAD_LETTER, queue_name="emails")
@@ -592,7 +627,7 @@ def test_overview_counts_states_and_queues_and_draws_the_last_hour(viewer_client
 def test_state_counts_are_exact_where_kept_and_marked_above_the_cap_elsewhere(
     viewer_client, monkeypatch
 ):
-    monkeypatch.setattr("dashboard.queries.STATE_CAP", 2)
+    monkeypatch.setattr("dashboard.queue_rows.STATE_CAP", 2)
     for _ in range(4):
         make_job(JobState.SUCCEEDED)
     html = viewer_client.get("/").content.decode()
@@ -619,7 +654,7 @@ def test_oldest_due_job_is_found_across_priorities_and_ignores_future_ones(viewe
 def test_queue_split_beyond_the_sample_is_an_estimate_where_counts_are_not_kept(
     viewer_client, monkeypatch
 ):
-    monkeypatch.setattr("dashboard.queries.QUEUE_SAMPLE", 2)
+    monkeypatch.setattr("dashboard.queue_rows.QUEUE_SAMPLE", 2)
     for _ in range(3):
         make_job(queue_name="emails")
     html = viewer_client.get("/").content.decode()

@@ -14,8 +14,9 @@ from django.utils.safestring import mark_safe
 from jobs.actions import due_later as job_due_later
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 
-from ..buttons import job_buttons
+from ..buttons import job_buttons, state_buttons
 from ..health import no_worker_alert
+from ..permissions import can_operate
 
 register = template.Library()
 
@@ -59,13 +60,12 @@ def when(moment: datetime | None, empty: str = "—"):
     full = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
     today = utc.date() == now.astimezone(UTC).date()
     clock = utc.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M")
-    return format_html(
-        '<time datetime="{}" title="{}">{}<span class="abs-time">'
-        '<span class="abs-sep"> · </span>{} UTC</span></time>',
-        moment.isoformat(),
-        full,
-        relative,
-        clock,
+    # Only the relative part can hold a character to escape ("<1 s"); the rest is digits and
+    # punctuation made here. A list shows two of these per row: format_html was most of it.
+    return mark_safe(
+        f'<time datetime="{moment.isoformat()}" title="{full}">{escape(relative)}'
+        '<span class="abs-time">'
+        f'<span class="abs-sep"> · </span>{clock} UTC</span></time>'
     )
 
 
@@ -167,6 +167,14 @@ def due_later(job):
 _ID_MARK = "00000000-0000-0000-0000-00000000feed"
 
 
+def _csrf_field(context) -> str:
+    """The hidden CSRF field of a form built here, as {% csrf_token %} writes it."""
+    token = context.get("csrf_token")
+    if not token or token == "NOTPROVIDED":
+        return ""
+    return format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
+
+
 def _action_url(request, url_name, job_id) -> str:
     urls = request.__dict__.setdefault("_job_action_urls", {})
     if url_name not in urls:
@@ -189,14 +197,10 @@ def job_actions(context, job, target, *only):
     if not buttons:
         return ""
     request = context["request"]
-    token = context.get("csrf_token")
-    csrf = (
-        format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', token)
-        if token and token != "NOTPROVIDED"
-        else ""
-    )
     common = format_html(
-        '{}<input type="hidden" name="next" value="{}">', csrf, request.get_full_path()
+        '{}<input type="hidden" name="next" value="{}">',
+        _csrf_field(context),
+        request.get_full_path(),
     )
     forms = []
     for button in buttons:
@@ -229,6 +233,100 @@ def job_actions(context, job, target, *only):
             )
         )
     return format_html('<div class="actions">{}\n</div>', mark_safe("".join(forms)))
+
+
+@register.simple_tag(takes_context=True)
+def job_url(context, job_id) -> str:
+    """The address of a job's page, as {% url 'dashboard:job' job_id %} gives it, reversed once
+    per request."""
+    return _action_url(context["request"], "dashboard:job", job_id)
+
+
+@register.simple_tag(takes_context=True)
+def row_actions(context, job, *only):
+    """The action buttons of one row of a list, or only those whose action is in `only`.
+
+    They belong to the list's one action form (`{% row_actions_form %}`), which carries the
+    CSRF token, the page to come back to and a Rerun token once for every row: each button
+    posts that form to its own action's URL for this job (`formaction` without script,
+    `hx-post` with htmx). A button with a question sends confirm=ask, as `job_actions` does.
+    The HTML of each set of buttons is built once per request and copied for every row.
+    """
+    request = context["request"]
+    built = request.__dict__.setdefault("_row_actions_html", {})
+    # Asked once per request, not once per row.
+    if "operate" not in built:
+        built["operate"] = can_operate(context["user"])
+    buttons = state_buttons(job) if built["operate"] else []
+    if only:
+        buttons = [b for b in buttons if b.action in only]
+    if not buttons:
+        return ""
+    key = tuple(b.action for b in buttons)
+    if key not in built:
+        built[key] = _row_buttons(request, buttons)
+    # A job id is hex digits and dashes: nothing to escape.
+    return mark_safe(built[key].replace(_ID_MARK, str(job.id)))
+
+
+def _row_buttons(request, buttons) -> str:
+    html = []
+    for button in buttons:
+        url = _action_url(request, button.url_name, _ID_MARK)
+        confirm = (
+            format_html(
+                ' name="confirm" value="ask" data-confirm="{}" data-confirm-label="{}"',
+                button.confirm,
+                button.confirm_label,
+            )
+            if button.confirm
+            else ""
+        )
+        html.append(
+            format_html(
+                '<button type="submit" formaction="{url}" hx-post="{url}" hx-disabled-elt="this"'
+                ' class="button button-{action}" data-action="{action}"{confirm}>{label}</button>',
+                url=url,
+                action=button.action,
+                confirm=confirm,
+                label=button.label,
+            )
+        )
+    return format_html('<div class="actions">{}</div>', mark_safe("".join(html)))
+
+
+@register.tag("row_actions_form")
+def row_actions_form(parser, token):
+    """`{% row_actions_form "target" %}rows{% end_row_actions_form %}`: the one form a list's
+    row buttons (`{% row_actions %}`) post, around its table. htmx swaps `target`, the fragment
+    of the page it sits on, which then shows the message. Only the table when the user may not
+    act on jobs."""
+    bits = token.split_contents()
+    if len(bits) != 2:
+        raise template.TemplateSyntaxError('usage: {% row_actions_form "target" %}')
+    rows = parser.parse(("end_row_actions_form",))
+    parser.delete_first_token()
+    return RowActionsFormNode(parser.compile_filter(bits[1]), rows)
+
+
+class RowActionsFormNode(template.Node):
+    def __init__(self, target, rows):
+        self.target, self.rows = target, rows
+
+    def render(self, context):
+        rows = self.rows.render(context)
+        if not can_operate(context["user"]):
+            return rows
+        return format_html(
+            '<form class="row-actions" method="post" hx-target="#{target}" hx-swap="outerHTML"'
+            ' hx-sync="#{target}:replace">{csrf}<input type="hidden" name="next" value="{next}">'
+            '<input type="hidden" name="token" value="{token}">\n{rows}</form>',
+            target=self.target.resolve(context),
+            csrf=_csrf_field(context),
+            next=context["request"].get_full_path(),
+            token=action_token(),
+            rows=mark_safe(rows),
+        )
 
 
 @register.tag("page_head")

@@ -168,27 +168,27 @@
     return dialog;
   }
 
-  function askFirst(form) {
+  // Ask `source` (a form, or a list's row button) its data-confirm question; `proceed` acts
+  // once the operator confirms, if the source is still on the page.
+  function askFirst(source, proceed) {
     confirmDialog = confirmDialog || buildConfirmDialog();
     var dialog = confirmDialog;
-    var verb = form.querySelector("button[type=submit], button:not([type])");
-    var label = form.getAttribute("data-confirm-label") || (verb ? verb.textContent.trim() : "Confirm");
-    dialog.querySelector(".dialog-question").textContent = form.getAttribute("data-confirm");
+    var verb = source.matches("form")
+      ? source.querySelector("button[type=submit], button:not([type])")
+      : source;
+    var label = source.getAttribute("data-confirm-label") || (verb ? verb.textContent.trim() : "Confirm");
+    dialog.querySelector(".dialog-question").textContent = source.getAttribute("data-confirm");
     var confirmButton = dialog.querySelector("[data-confirm-verb]");
     confirmButton.textContent = label;
-    confirmButton.className = "button button-" + (form.getAttribute("data-action") || "confirm");
+    confirmButton.className = "button button-" + (source.getAttribute("data-action") || "confirm");
     dialog.returnValue = "";
     dialog.onclose = function () {
       dialog.onclose = null;
       window.setTimeout(showLiveStatus, 0);
-      if (dialog.returnValue !== "confirm" || !form.isConnected) {
+      if (dialog.returnValue !== "confirm" || !source.isConnected) {
         return;
       }
-      var field = form.querySelector('input[name="confirm"]');
-      field.value = "yes";
-      form.requestSubmit();
-      // The request took its values as it was issued; the form asks again next time.
-      field.value = "ask";
+      proceed();
     };
     dialog.showModal();
     confirmButton.focus();
@@ -204,10 +204,31 @@
       }
       event.preventDefault();
       event.stopImmediatePropagation();
-      askFirst(form);
+      askFirst(form, function () {
+        field.value = "yes";
+        form.requestSubmit();
+        // The request took its values as it was issued; the form asks again next time.
+        field.value = "ask";
+      });
     },
     true
   );
+
+  // A list's row buttons share one form (see the row_actions tag) and post through htmx, which
+  // asks here before it sends: a button with a question waits for the answer, then its request
+  // goes with confirm=yes.
+  document.addEventListener("htmx:confirm", function (event) {
+    var button = event.detail.elt;
+    if (!button.hasAttribute("data-confirm") || button.value !== "ask") {
+      return;
+    }
+    event.preventDefault();
+    askFirst(button, function () {
+      button.value = "yes";
+      event.detail.issueRequest(true);
+      button.value = "ask";
+    });
+  });
 
   // A plain (non-htmx) form submits once, however often its button is clicked.
   document.addEventListener("submit", function (event) {
@@ -275,9 +296,12 @@
 
   function retrySelected() {
     var scope = selectedRow() || (jobRows().length ? null : document);
-    var form = scope && scope.querySelector('form[data-action="retry"]');
-    if (form) {
-      form.requestSubmit();
+    // A form of its own (a job's page) or a button of the list's action form (a row).
+    var control = scope && scope.querySelector('[data-action="retry"]');
+    if (control && control.matches("form")) {
+      control.requestSubmit();
+    } else if (control) {
+      control.click();
     }
   }
 

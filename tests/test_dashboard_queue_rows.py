@@ -1,4 +1,4 @@
-"""What the console's own queries read (dashboard/queries.py)."""
+"""What the console's per-queue queries read (dashboard/queue_rows.py)."""
 
 import re
 
@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from dashboard import queries
+from dashboard import queue_rows
 
 
 def plan_of(sql: str) -> str:
@@ -23,7 +23,7 @@ def plan_of(sql: str) -> str:
 @pytest.mark.django_db
 def test_the_oldest_due_job_of_a_queue_is_looked_up_in_the_queue_claim_index():
     with CaptureQueriesContext(connection) as captured:
-        queries.oldest_due("default", timezone.now())
+        queue_rows.oldest_due("default", timezone.now())
     (query,) = captured.captured_queries
 
     plan = plan_of(query["sql"])
