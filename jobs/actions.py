@@ -252,7 +252,7 @@ def _own_max_attempts(job) -> int:
         task = load_task(job.task_path)
         backend = task_backends[job.backend]
     except (ImportError, TypeError, LookupError, ImproperlyConfigured):
-        return job.max_attempts
+        return job.own_max_attempts
     max_attempts_for = getattr(backend, "max_attempts_for", None)
     return max_attempts_for(task) if max_attempts_for else job.max_attempts
 

@@ -424,6 +424,22 @@ def test_job_page_shows_the_job_attempts_error_and_lineage(operator_client, dead
 
 
 @pytest.mark.django_db
+def test_pages_show_the_tasks_own_maximum_with_the_attempts_a_shutdown_gave_back(
+    operator_client,
+):
+    # Interrupted once by a worker's shutdown: the attempt was given back by raising the stored
+    # maximum from 3 to 4; operators see 3, and the attempt given back apart.
+    job = make_job(JobState.RETRYING, attempt=1, max_attempts=4, attempts_given_back=1)
+
+    detail = operator_client.get(reverse("dashboard:job", args=[job.id])).content.decode()
+    listing = operator_client.get("/jobs/").content.decode()
+
+    assert "1 of 3 (and 1 given back after a worker" in detail
+    assert "1 of 4" not in detail
+    assert "1/3<span" in listing and "1/4" not in listing
+
+
+@pytest.mark.django_db
 def test_job_page_polls_while_the_job_is_unfinished_and_stops_once_it_is(operator_client):
     job = make_job(JobState.RUNNING)
     url = reverse("dashboard:job", args=[job.id])
