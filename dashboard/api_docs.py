@@ -149,7 +149,7 @@ def _operation(path: str, method: str, spec: dict) -> Operation:
             )
             for p in spec.get("parameters", [])
         ],
-        body=_fields(body_schema) if inline_body else [],
+        body=_fields(body_schema or {}) if inline_body else [],
         body_type=type_text(body_schema) if body_schema is not None and not inline_body else None,
         responses=[
             Response(

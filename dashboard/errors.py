@@ -38,7 +38,7 @@ def error_page(request, status: int, detail: str = "") -> HttpResponse:
         return JsonResponse({"error": f"{title.lower()}: {detail or explanation}"}, status=status)
     context = {"status": status, "title": title, "explanation": explanation, "detail": detail}
     try:
-        body = render_to_string(TEMPLATE, context, request=request)
+        body: str = render_to_string(TEMPLATE, context, request=request)
     except Exception:
         # The layout itself may be what broke (a database down behind the user lookup).
         logger.exception("rendering the %s page failed", status)

@@ -224,7 +224,7 @@ LINEAGE_COLUMNS = ("id", "task_path", "state", "enqueued_at", "finished_at", "re
 
 
 def job_lineage(job: Job) -> Lineage:
-    ancestors = []
+    ancestors: list[Job] = []
     ancestor_id = job.rerun_of_id
     while ancestor_id and len(ancestors) < LINEAGE_DEPTH:
         ancestor = Job.objects.only(*LINEAGE_COLUMNS).filter(id=ancestor_id).first()

@@ -21,7 +21,7 @@ def state_tallies() -> dict[str, Tally]:
     """A tally of the jobs in each state, in lifecycle order: exact where the database keeps
     the counts, capped (`counts.tally`) where counting would scan."""
     if state_counts.kept():
-        by_state = dict.fromkeys(JobState, 0)
+        by_state: dict[str, int] = dict.fromkeys(JobState, 0)
         for (_, state), n in state_counts.job_counts().items():
             by_state[state] = by_state.get(state, 0) + n
         return {state: Tally(value=by_state[state]) for state in JobState}

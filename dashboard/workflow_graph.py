@@ -75,7 +75,7 @@ def draw(graph) -> Drawing:
 def layer_counts(graph) -> list[LayerCounts]:
     result = []
     for number, layer in enumerate(graph.layers):
-        tally = {}
+        tally: dict[str, int] = {}
         for job in layer:
             tally[job.state] = tally.get(job.state, 0) + 1
         counts = [(s.value, tally[s.value]) for s in JobState if s.value in tally]

@@ -27,8 +27,8 @@ def kept() -> bool:
 def job_counts() -> dict[tuple[str, str], int]:
     """{(queue_name, state): number of jobs now}, for every pair with at least one job."""
     if not kept():
-        rows = Job.objects.order_by().values("queue_name", "state").annotate(n=Count("id"))
-        return {(row["queue_name"], row["state"]): row["n"] for row in rows}
+        counted = Job.objects.order_by().values("queue_name", "state").annotate(n=Count("id"))
+        return {(row["queue_name"], row["state"]): row["n"] for row in counted}
     rows = count_deltas.summed()
     if sum(pieces for *_, pieces in rows) > FOLD_AT:
         count_deltas.fold()

@@ -9,6 +9,9 @@ PostgreSQL locks the downstream rows in id order first: two finishes sharing two
 jobs (a batch's callbacks) never wait on each other crosswise.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from django.db import connection, transaction
 
 from .. import payload
@@ -26,6 +29,9 @@ class RunAfter:
     now: str
     uuid_param: str
     wakes_workers: bool
+    uuid_value: Callable[[Any], Any]
+    notify: Callable[[Any], None]
+    add_counters: Callable[..., None]
 
     def settle_sql(self, upstreams: str, only_runs_on_failure: bool) -> str:
         """Decrement the scheduled jobs after `upstreams` (a subquery of ids, or a list)."""

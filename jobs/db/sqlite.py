@@ -190,7 +190,7 @@ class SQLiteEngine(Engine):
     def _claim_by_level(self, cursor, sets, queue, limit) -> list:
         claim = self.walk[1 if queue else 0][3]
         asked = [queue] if queue else []
-        rows = []
+        rows: list = []
         for level in self._levels(cursor, queue):
             rows += cursor.execute(claim, [*sets, *asked, level, limit - len(rows)]).fetchall()
             if len(rows) >= limit:
@@ -200,7 +200,7 @@ class SQLiteEngine(Engine):
     def _claim_merged(self, cursor, sets, queues, limit) -> list:
         due = []
         for queue in queues:
-            found = []
+            found: list = []
             for level in self._levels(cursor, queue):
                 params = [queue, level, limit - len(found)]
                 found += cursor.execute(self.walk[1][2], params).fetchall()
@@ -215,7 +215,7 @@ class SQLiteEngine(Engine):
     def walk(self) -> dict[int, tuple[str, str, str, str]]:
         """A claim's statements, by shape (0: every queue, 1: one queue): the top priority
         level, the next level down, a level's due jobs, and the claim of a level's due jobs."""
-        walks = {}
+        walks: dict = {}
         for shape, queue_test in ((0, ""), (1, "AND queue_name = %s")):
             at_level = f"{queue_test} AND priority = %s"
             statements = (
@@ -251,7 +251,7 @@ class SQLiteEngine(Engine):
         if waker is None:
             return
         if connection.in_atomic_block:
-            if any(func is waker for _, func, _ in connection.run_on_commit):
+            if any(entry[1] is waker for entry in connection.run_on_commit):
                 return
             transaction.on_commit(waker)
         else:
@@ -426,7 +426,7 @@ class SQLiteEngine(Engine):
     # --- heartbeat, counters ------------------------------------------------------------------
 
     def extend_leases(self, leases, lease_seconds: float) -> set:
-        held = set()
+        held: set = set()
         with connection.cursor() as cursor:
             for start in range(0, len(leases), 500):
                 chunk = leases[start : start + 500]

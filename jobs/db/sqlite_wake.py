@@ -92,16 +92,15 @@ class Wakeups:
     def fileno_or_none(self) -> int | None:
         if self.sock is None:
             try:
-                self._bind()
+                self.sock = self._bind()
             except OSError as e:
                 logger.warning(
                     "cannot make a wake-up socket in %s (%s): polling for new jobs", self.folder, e
                 )
-                self.sock = None
                 return None
         return self.sock.fileno()
 
-    def _bind(self):
+    def _bind(self) -> socket.socket:
         self.folder.mkdir(mode=0o777, exist_ok=True)
         path = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -111,7 +110,8 @@ class Wakeups:
         except OSError:
             sock.close()
             raise
-        self.sock, self.path = sock, path
+        self.path = path
+        return sock
 
     def drain(self) -> None:
         while self.sock is not None:

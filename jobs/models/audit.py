@@ -30,7 +30,7 @@ class AuditRecord(models.Model):
         """Write one entry: the one place that says how an acting user is kept (a saved user
         by reference and name; anyone else, or no one, as no one)."""
         known = getattr(user, "pk", None) is not None
-        return cls.objects.create(
+        return cls._default_manager.create(
             user=user if known else None,
             username=user.get_username() if known else "",
             action=action,

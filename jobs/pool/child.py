@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from multiprocessing import forkserver
+from typing import Any
 
 from ..executor_loop import ExecutorLoop, lease_holds
 from .wire import _dumps, _job_codec, _ran_codec
@@ -28,11 +29,13 @@ def _die_with_parent() -> int:
     the worker is gone (once no process holds the worker's end of its "alive" pipe: the
     executor closes its copy here). Returns the parent's pid for the fallback check.
     """
-    alive = forkserver._forkserver._forkserver_alive_fd
+    # The fork server's own state, private to multiprocessing: no public way closes it.
+    server: Any = forkserver._forkserver
+    alive = server._forkserver_alive_fd
     if alive is not None:
         os.close(alive)
-        forkserver._forkserver._forkserver_alive_fd = None
-        forkserver._forkserver._forkserver_address = None
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
     parent = os.getppid()
     try:
         import ctypes

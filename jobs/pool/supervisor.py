@@ -286,7 +286,7 @@ class Supervisor:
                 for_log(claimed.task_path),
                 claimed.timeout,
             )
-            failure = JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+            failure: Exception = JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
         elif (
             held
             and held.cancel_requested_at is not None

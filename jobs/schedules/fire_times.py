@@ -32,7 +32,7 @@ def _from_micros(micros: int) -> datetime:
 
 
 def _step(spec: ScheduleSpec) -> int:
-    return round(spec.every * 1_000_000)
+    return round(spec.period * 1_000_000)
 
 
 def latest_fire_at_or_before(spec: ScheduleSpec, moment: datetime) -> datetime | None:
@@ -42,7 +42,7 @@ def latest_fire_at_or_before(spec: ScheduleSpec, moment: datetime) -> datetime |
         return _from_micros(_micros(moment) // step * step)
     start = (moment + ONE_MICROSECOND).astimezone(spec.zone)
     try:
-        return next(CronSim(spec.cron, start, reverse=True)).astimezone(UTC)
+        return next(CronSim(spec.cron_expression, start, reverse=True)).astimezone(UTC)
     except StopIteration:
         return None
 
@@ -53,7 +53,7 @@ def next_fire_after(spec: ScheduleSpec, moment: datetime) -> datetime | None:
         step = _step(spec)
         return _from_micros((_micros(moment) // step + 1) * step)
     try:
-        return next(CronSim(spec.cron, moment.astimezone(spec.zone))).astimezone(UTC)
+        return next(CronSim(spec.cron_expression, moment.astimezone(spec.zone))).astimezone(UTC)
     except StopIteration:
         return None
 
@@ -79,7 +79,7 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         return Due(count, [_from_micros(k * step) for k in ks])
     recent: deque[datetime] = deque(maxlen=keep)
     count = 0
-    times = CronSim(spec.cron, after.astimezone(spec.zone))
+    times = CronSim(spec.cron_expression, after.astimezone(spec.zone))
     while count < MAX_COUNTED:
         moment = next(times, None)
         if moment is None or moment.astimezone(UTC) > until:
@@ -87,7 +87,9 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         recent.append(moment.astimezone(UTC))
         count += 1
     # Too many to count: the most recent ones, walking back from `until`.
-    back = CronSim(spec.cron, (until + ONE_MICROSECOND).astimezone(spec.zone), reverse=True)
+    back = CronSim(
+        spec.cron_expression, (until + ONE_MICROSECOND).astimezone(spec.zone), reverse=True
+    )
     newest = [m.astimezone(UTC) for m in islice(back, keep)]
     return Due(MAX_COUNTED, sorted(m for m in newest if m > after))
 

@@ -63,6 +63,20 @@ class ScheduleSpec:
         return ZoneInfo(self.timezone)
 
     @property
+    def cron_expression(self) -> str:
+        """The cron expression of a schedule that fires by cron (not every N seconds)."""
+        if self.cron is None:
+            raise ValueError(f"schedule {self.name!r} fires every {self.every:g}s, not by cron")
+        return self.cron
+
+    @property
+    def period(self) -> float:
+        """The seconds between fire times of a schedule that fires every N seconds."""
+        if self.every is None:
+            raise ValueError(f"schedule {self.name!r} fires by cron, not every N seconds")
+        return self.every
+
+    @property
     def expression(self) -> str:
         """What the fire times are computed from; a change of it restarts the schedule."""
         if self.cron is not None:
@@ -74,9 +88,9 @@ class ScheduleSpec:
         if self.every is not None:
             return describe_every(self.every)
         try:
-            words = CronSim(self.cron, datetime.now(self.zone)).explain()
+            words = CronSim(self.cron_expression, datetime.now(self.zone)).explain()
         except Exception:  # the describer does not know every shape; the expression is exact
-            words = self.cron
+            words = self.cron_expression
         return f"{words} ({self.timezone})"
 
 
@@ -191,7 +205,7 @@ def _load_task(task_path, fail):
 
 
 def task_for(spec: ScheduleSpec, task):
-    options = {}
+    options: dict[str, object] = {}
     if spec.queue_name is not None:
         options["queue_name"] = spec.queue_name
     if spec.priority is not None:

@@ -1,5 +1,6 @@
 """Reading workflows: what a node's upstream nodes returned, the lists' summaries, the graph."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,7 +74,7 @@ def summaries(records) -> list[Summary]:
     result = []
     for record in records:
         tally = counts.get(record.id, {})
-        timing = times.get(record.id, {})
+        timing: Mapping = times.get(record.id, {})
         ended = state_of(tally) in FINISHED
         result.append(
             Summary(
@@ -143,9 +144,11 @@ def graph(workflow_id, columns=None) -> Graph:
 
     layers: list = []
     for node in nodes:
-        node.after = sorted(after[node.id], key=str)
-        node.layer = depth(node.id)
-        while len(layers) <= node.layer:
+        at = depth(node.id)
+        # Read by the graph's template beside the row's own fields.
+        node.after = sorted(after[node.id], key=str)  # type: ignore[attr-defined]
+        node.layer = at  # type: ignore[attr-defined]
+        while len(layers) <= at:
             layers.append([])
-        layers[node.layer].append(node)
+        layers[at].append(node)
     return Graph(nodes=nodes, layers=layers)
