@@ -18,11 +18,21 @@ from .limit_spec import LimitError, LimitSpec, parse, parse_count, parse_name, p
 
 # A worker re-reads the overrides this often (seconds): a change reaches every worker within it.
 REFRESH_SECONDS = 2.0
-# A start holds its place in a rate window a little longer than the window: the claim records
-# it, the executor begins it moments later, and those moments must not let two windows' worth
-# of starts fall into one.
+# A job claimed under a rate limit must begin within a slack of its claim (or it is handed back
+# unstarted), and its start counts in the budget's window until its slack and a window have
+# passed: that is what keeps the rate exact, whenever within its slack it begins (jobs.db.limited).
+# Near its limit a budget gives a short slack, so that counted starts leave the window soon.
 RATE_SLACK_SHARE = 0.25
 RATE_SLACK_MAX = 1.0
+# While a budget's window, this claim's jobs included, holds at most this share of its rate, the
+# slack is a whole window (at most RATE_ROOMY_SLACK_MAX): a start then counts for up to two
+# windows, which only a budget this far from its limit can afford.
+RATE_ROOMY_SHARE = 0.5
+RATE_ROOMY_SLACK_MAX = 30.0
+# A job whose slack is at least this may wait behind an executor's short jobs (jobs.pool's
+# prefetch, a few ms of work) like a job under no limit; one with less is taken only for an
+# executor free to begin it at once.
+RATE_SLACK_TO_WAIT = 0.5
 # A worker's claims read each limit key's first due jobs (the turns between keys) at most
 # this often (seconds); the claims between keep claim order past full budgets.
 TURNS_EVERY = 0.5
@@ -30,7 +40,11 @@ TURNS_EVERY = 0.5
 REMEMBERED = 100_000
 
 
-def rate_slack(seconds: float) -> float:
+def rate_slack(seconds: float, *, roomy: bool = False) -> float:
+    """How soon after its claim a job under a rate limit of this window must begin; `roomy`:
+    its budget is far from its limit (RATE_ROOMY_SHARE)."""
+    if roomy and seconds >= RATE_SLACK_TO_WAIT:
+        return min(RATE_ROOMY_SLACK_MAX, seconds)
     return min(RATE_SLACK_MAX, seconds * RATE_SLACK_SHARE)
 
 

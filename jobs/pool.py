@@ -36,6 +36,7 @@ from .executor_loop import (
     new_status,
     started_jobs,
 )
+from .limits import RATE_SLACK_TO_WAIT
 
 logger = logging.getLogger(__name__)
 
@@ -693,8 +694,10 @@ class Dispatcher:
                 target = self._coroutine_target()
                 async_full = target is None
             elif not coroutine and not sync_full:
-                # A job under a rate limit must begin at once (jobs.limits): never queued behind.
-                estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
+                # A job under a rate limit with a short slack must begin at once (jobs.limits):
+                # never queued behind.
+                at_once = claimed.start_by and claimed.rate_slack < RATE_SLACK_TO_WAIT
+                estimate = None if at_once else self.short_estimate(claimed.task_path)
                 target = self._target(estimate)
                 sync_full = target is None
             if target is None:
