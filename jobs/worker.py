@@ -293,6 +293,7 @@ class Worker:
     def _wait_time(self, now):
         timeout = min(self.poll_interval, max(0.0, self.next_heartbeat - now))
         timeout = min(timeout, max(0.0, self.next_schedule_tick - now))
+        timeout = min(timeout, max(0.0, self.limits.room_at() - now))  # a full rate budget
         for held in self.held.values():
             deadline = self._deadline(held.claimed)
             if deadline is not None:

@@ -107,6 +107,8 @@ class LimitedClaim:
         self.queues = queues
         self.room = Room()
         self.held: set[str] = set()  # budget ids this claim has counted
+        # The oldest start counted in each rate budget's window (its latest moment).
+        self.oldest_start: dict = {}
         # Jobs with a short rate slack this claim may still take (they must begin at once).
         self.can_begin = 0
 
@@ -185,7 +187,7 @@ class LimitedClaim:
 
     def running_count(self, buckets) -> tuple[str, list] | None:
         """The statement counting running jobs by (queue, task, key) for budgets with a
-        concurrency limit; rows ('running', queue, task, key, n)."""
+        concurrency limit; rows ('running', queue, task, key, n, NULL)."""
         by = {"queue": set(), "task": set(), "key": set()}
         for b in buckets:
             if b.spec.concurrency is not None:
@@ -198,7 +200,7 @@ class LimitedClaim:
         if not tests:
             return None
         sql = (
-            f"SELECT 'running', queue_name, task_path, limit_key, count(*) FROM {JOB} "
+            f"SELECT 'running', queue_name, task_path, limit_key, count(*), NULL FROM {JOB} "
             f"WHERE state = {sql_state(JobState.RUNNING)} AND ({' OR '.join(tests)}) "
             f"GROUP BY queue_name, task_path, limit_key"
         )
@@ -206,14 +208,14 @@ class LimitedClaim:
 
     def starts_counts(self, buckets) -> list[tuple[str, list]]:
         """The statements counting starts within each rate window (latest moment within it),
-        one per window length; rows ('started', bucket, NULL, NULL, n)."""
+        one per window length; rows ('started', bucket, NULL, NULL, n, the oldest moment)."""
         by_window = defaultdict(list)
         for b in buckets:
             if b.spec.rate is not None:
                 by_window[b.spec.rate[1]].append(b.id)
         return [
             (
-                f"SELECT 'started', bucket, NULL, NULL, count(*) FROM {STARTS} "
+                f"SELECT 'started', bucket, NULL, NULL, count(*), min(started_at) FROM {STARTS} "
                 f"WHERE {self.engine.in_list('bucket')} "
                 f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
                 [self.engine.list_value(sorted(ids)), -seconds],
@@ -234,9 +236,10 @@ class LimitedClaim:
         self.cursor.execute(
             " UNION ALL ".join(sql for sql, _ in parts), [v for _, ps in parts for v in ps]
         )
-        for what, first, task, key, n in self.cursor.fetchall():
+        for what, first, task, key, n, oldest in self.cursor.fetchall():
             if what == "started":
                 counted_starts[first] = n
+                self.oldest_start[first] = oldest
                 continue
             for b in self.limits.buckets(first, task, key):
                 if b.id in counted_running:
@@ -273,6 +276,8 @@ class LimitedClaim:
             if b.spec.rate is not None:
                 left = min(left, b.spec.rate[0] - starts[b.id])
                 self.room.started[b.id] = starts[b.id]
+                if starts[b.id] >= b.spec.rate[0]:
+                    self.limits.rate_room_after(self.oldest_start[b.id], b.spec.rate[1])
             self.room.left[b.id] = left
             if left < 1:
                 self.room.full.add(b)
@@ -371,6 +376,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         engine.local_settings(cursor)
         claim = LimitedClaim(engine, cursor, limits, queues)
+        limits.rate_room_at = float("inf")
         claim.can_begin = limit if can_begin is None else can_begin
         ids, drawn, slacks = claim.pick(limit)
         if not ids:
