@@ -242,8 +242,8 @@ def test_a_job_under_a_rate_limit_far_from_it_may_begin_within_a_window_and_near
     with with_limits({"queue:api": {"rate": [5, 2]}}):
         claimed = claim()
     slacks = sorted(c.rate_slack for c in claimed)
-    # Two starts fit in half the limit (a whole window's slack); the other three get a tenth.
-    assert slacks == [0.0, 0.2, 0.2, 0.2, 2.0, 2.0]
+    # Two starts fit in half the limit (a whole window's slack); the other three get a quarter.
+    assert slacks == [0.0, 0.5, 0.5, 0.5, 2.0, 2.0]
 
 
 def test_only_jobs_with_a_slack_too_short_to_wait_count_against_the_free_executors():
@@ -257,7 +257,7 @@ def test_only_jobs_with_a_slack_too_short_to_wait_count_against_the_free_executo
             limits=LimitsCache(),
             can_begin=1,
         )
-    assert sorted(c.rate_slack for c in claimed) == [0.1, 1.0, 1.0, 1.0, 1.0]
+    assert sorted(c.rate_slack for c in claimed) == [0.25, 1.0, 1.0, 1.0, 1.0]
 
 
 def test_a_start_counts_in_its_window_until_a_window_after_its_latest_moment():
@@ -289,6 +289,6 @@ def test_a_claim_finding_a_rate_budget_full_says_when_it_has_room_again():
             db.claim(worker_id="w-limits", queues=None, limit=50, lease_seconds=60, limits=cache)
             == []
         )
-    # The first start had a whole window's slack (30 s), the second a tenth (capped at 1 s):
+    # The first start had a whole window's slack (30 s), the second a quarter (capped at 1 s):
     # the second's latest moment leaves the window first, 31 s after its claim.
     assert before + 29 < cache.room_at() < time.monotonic() + 31.5
