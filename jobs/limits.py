@@ -10,6 +10,7 @@ database without limits.
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from functools import cached_property
 
 from django.db import transaction
@@ -18,11 +19,26 @@ from .limit_spec import LimitError, LimitSpec, parse, parse_count, parse_name, p
 
 # A worker re-reads the overrides this often (seconds): a change reaches every worker within it.
 REFRESH_SECONDS = 2.0
-# A start holds its place in a rate window a little longer than the window: the claim records
-# it, the executor begins it moments later, and those moments must not let two windows' worth
-# of starts fall into one.
+# A job claimed under a rate limit must begin within a slack of its claim (or it is handed back
+# unstarted), and its start counts in the budget's window until its slack and a window have
+# passed: that is what keeps the rate exact, whenever within its slack it begins (jobs.db.limited).
+# Near its limit a budget gives a short slack (a quarter of the window, at most 1 s), so that
+# counted starts leave the window soon: a full budget then starts its limit about every
+# 1.25 windows. A tenth was tried: on a loaded machine most such jobs missed it between claim
+# and begin and were handed back, their starts still counted.
 RATE_SLACK_SHARE = 0.25
 RATE_SLACK_MAX = 1.0
+# While a budget's window, this claim's jobs included, holds at most this share of its rate, the
+# slack is a whole window (at most RATE_ROOMY_SLACK_MAX): a start then counts for up to two
+# windows, which only a budget this far from its limit can afford.
+RATE_ROOMY_SHARE = 0.5
+RATE_ROOMY_SLACK_MAX = 30.0
+# A job whose slack is at least this may wait behind an executor's short jobs (jobs.pool's
+# prefetch, a few ms of work) like a job under no limit; one with less is taken only for an
+# executor free to begin it at once.
+RATE_SLACK_TO_WAIT = 0.5
+# A worker waiting for a full rate budget's room claims again at least this much later.
+ROOM_WAKE_MIN = 0.02
 # A worker's claims read each limit key's first due jobs (the turns between keys) at most
 # this often (seconds); the claims between keep claim order past full budgets.
 TURNS_EVERY = 0.5
@@ -30,7 +46,11 @@ TURNS_EVERY = 0.5
 REMEMBERED = 100_000
 
 
-def rate_slack(seconds: float) -> float:
+def rate_slack(seconds: float, *, roomy: bool = False) -> float:
+    """How soon after its claim a job under a rate limit of this window must begin; `roomy`:
+    its budget is far from its limit (RATE_ROOMY_SHARE)."""
+    if roomy and seconds >= RATE_SLACK_TO_WAIT:
+        return min(RATE_ROOMY_SLACK_MAX, seconds)
     return min(RATE_SLACK_MAX, seconds * RATE_SLACK_SHARE)
 
 
@@ -73,6 +93,8 @@ class Limits:
         self._buckets: dict[tuple, tuple[Bucket, ...]] = {}
         self._budgets: dict[str, Bucket] = {}
         self._turns_at = 0.0
+        # When (time.monotonic()) a rate budget the last claim found full has room again.
+        self.rate_room_at = float("inf")
 
     @cached_property
     def limits_claims(self) -> bool:
@@ -123,6 +145,23 @@ class Limits:
         if len(self._buckets) < REMEMBERED:
             self._buckets[queue, task, key] = found
         return found
+
+    def rate_room_after(self, oldest, seconds: float) -> None:
+        """A claim found a rate budget full: its oldest counted start (the stored moment, as
+        the database returned it) leaves the window `seconds` after that moment."""
+        from django.utils import timezone
+        from django.utils.dateparse import parse_datetime
+
+        if isinstance(oldest, str):
+            oldest = parse_datetime(oldest)
+        if oldest is None:
+            return
+        if timezone.is_naive(oldest):
+            oldest = timezone.make_aware(oldest, UTC)
+        left = (oldest - timezone.now()).total_seconds() + seconds
+        # At least a little later: a clock apart from the database's never makes a busy loop.
+        at = time.monotonic() + max(ROOM_WAKE_MIN, left)
+        self.rate_room_at = min(self.rate_room_at, at)
 
     def turns_due(self) -> bool:
         """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""
@@ -193,6 +232,11 @@ class LimitsCache:
         self.refresh_seconds = refresh_seconds
         self.limits: Limits | None = None
         self.read_at = 0.0
+
+    def room_at(self) -> float:
+        """When (time.monotonic()) a rate budget the last claim found full has room again
+        (inf: none was)."""
+        return self.limits.rate_room_at if self.limits is not None else float("inf")
 
     def current(self) -> Limits:
         now = time.monotonic()

@@ -150,6 +150,7 @@ class Worker:
     def _wait_time(self, now):
         timeout = min(self.poll_interval, max(0.0, self.next_heartbeat - now))
         timeout = min(timeout, max(0.0, self.next_schedule_tick - now))
+        timeout = min(timeout, max(0.0, self.limits.room_at() - now))  # a full rate budget
         timeout = self.supervisor.wait_limit(now, timeout)
         if self.stopping:
             timeout = min(timeout, 0.05)

@@ -236,10 +236,59 @@ def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_th
     assert queues.paused()["hooks"].paused_by == "circuit breaker"
 
 
-def test_a_job_under_a_rate_limit_must_begin_within_the_windows_slack():
-    due(2, queue_name="api")
+def test_a_job_under_a_rate_limit_far_from_it_may_begin_within_a_window_and_near_it_at_once():
+    due(5, queue_name="api")
     due(1, queue_name="free")
     with with_limits({"queue:api": {"rate": [5, 2]}}):
         claimed = claim()
-    slack = {c.queue_name: c.rate_slack for c in claimed}
-    assert slack == {"api": pytest.approx(0.5), "free": 0.0}
+    slacks = sorted(c.rate_slack for c in claimed)
+    # Two starts fit in half the limit (a whole window's slack); the other three get a quarter.
+    assert slacks == [0.0, 0.5, 0.5, 0.5, 2.0, 2.0]
+
+
+def test_only_jobs_with_a_slack_too_short_to_wait_count_against_the_free_executors():
+    due(8, queue_name="api")
+    with with_limits({"queue:api": {"rate": [8, 1]}}):
+        claimed = db.claim(
+            worker_id="w-limits",
+            queues=None,
+            limit=50,
+            lease_seconds=60,
+            limits=LimitsCache(),
+            can_begin=1,
+        )
+    assert sorted(c.rate_slack for c in claimed) == [0.25, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_start_counts_in_its_window_until_a_window_after_its_latest_moment():
+    due(6, queue_name="api")
+    with with_limits({"queue:api": {"rate": [4, 10]}}):
+        assert len(claim()) == 4
+        assert claim() == []
+        # As if the window and the short slacks had passed, but not the long slacks.
+        LimitStart.objects.update(started_at=timezone.now() - timedelta(seconds=10.5))
+        long = LimitStart.objects.order_by("id")[:2].values_list("id", flat=True)
+        LimitStart.objects.filter(id__in=list(long)).update(
+            started_at=timezone.now() - timedelta(seconds=5)
+        )
+        assert len(claim()) == 2
+
+
+def test_a_claim_finding_a_rate_budget_full_says_when_it_has_room_again():
+    import time
+
+    due(3, queue_name="api")
+    cache = LimitsCache()
+    with with_limits({"queue:api": {"rate": [2, 30]}}):
+        claimed = db.claim(
+            worker_id="w-limits", queues=None, limit=50, lease_seconds=60, limits=cache
+        )
+        assert len(claimed) == 2 and cache.room_at() == float("inf")
+        before = time.monotonic()
+        assert (
+            db.claim(worker_id="w-limits", queues=None, limit=50, lease_seconds=60, limits=cache)
+            == []
+        )
+    # The first start had a whole window's slack (30 s), the second a quarter (capped at 1 s):
+    # the second's latest moment leaves the window first, 31 s after its claim.
+    assert before + 29 < cache.room_at() < time.monotonic() + 31.5

@@ -16,6 +16,17 @@ nothing due is left:
    starts within the rate window;
 4. take each job whose budgets all have room, in claim order, and claim them by id.
 
+Rate starts: each claimed job under a rate limit gets a slack (jobs.limits.rate_slack), and the
+worker hands it back unstarted if it cannot begin within it. A start is recorded in
+jobs_limitstart as its latest moment, claim time + slack (the `started_at` column), and counts
+in a window of `seconds` while that moment is within the last `seconds`. That is exact whatever
+each job's slack: if some window held more than the limit's starts, the last of them to be
+claimed saw all the others' latest moments within `seconds` before its claim, and so counted
+them. So a claim gives a long slack while a budget is far from its limit (its jobs may then wait
+behind others, taken like unlimited ones) and a short one near it (so starts leave the count
+soon). A job whose slack is too short to wait behind others is taken only for an executor free
+to begin it (`can_begin`).
+
 Turns between limit keys: while a `key:` limit is in force, the first round also reads the
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
 KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
@@ -34,6 +45,7 @@ from collections import defaultdict
 
 from django.db import connection, transaction
 
+from ..limits import RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
 from ..states import CLAIMABLE, JobState
 from .engine import JOB, PAUSED, parse_uuid, sql_in, sql_state
 
@@ -46,6 +58,14 @@ MAX_ROUNDS = 8
 KEYS_PER_CLAIM = 200
 HEADS_PER_KEY = 4
 DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
+# PostgreSQL: a claim's starts (job id, budget id, slack) recorded in the claim's own statement,
+# for the jobs it did claim.
+RECORDED_IF_CLAIMED = f"""recorded AS (
+    INSERT INTO {STARTS} (bucket, started_at)
+    SELECT s.bucket, now() + s.slack * interval '1 second'
+    FROM unnest(%s::uuid[], %s::text[], %s::float8[]) AS s(id, bucket, slack)
+    WHERE s.id IN (SELECT id FROM claimed)
+)"""
 
 
 def lock_key(bucket_id: str) -> int:
@@ -59,15 +79,24 @@ class Room:
     def __init__(self):
         self.left: dict[str, float] = {}
         self.full: set = set()
+        # Starts counted in each rate budget's window, this claim's included.
+        self.started: dict[str, int] = {}
 
     def fits(self, buckets) -> bool:
         return all(self.left.get(b.id, 0) >= 1 for b in buckets)
+
+    def roomy(self, rated) -> bool:
+        """Are these rate budgets far enough from their limits to give one more job a long
+        slack (jobs.limits.RATE_ROOMY_SHARE)?"""
+        return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_ROOMY_SHARE for b in rated)
 
     def take(self, buckets) -> None:
         for b in buckets:
             self.left[b.id] -= 1
             if self.left[b.id] < 1:
                 self.full.add(b)
+            if b.id in self.started:
+                self.started[b.id] += 1
 
 
 class LimitedClaim:
@@ -78,7 +107,9 @@ class LimitedClaim:
         self.queues = queues
         self.room = Room()
         self.held: set[str] = set()  # budget ids this claim has counted
-        # Jobs under a rate limit this claim may still take (they must begin at once).
+        # The oldest start counted in each rate budget's window (its latest moment).
+        self.oldest_start: dict = {}
+        # Jobs with a short rate slack this claim may still take (they must begin at once).
         self.can_begin = 0
 
     # --- SQL pieces ------------------------------------------------------------------------
@@ -154,51 +185,74 @@ class LimitedClaim:
         self.cursor.execute(sql, [*params, HEADS_PER_KEY])
         return self.cursor.fetchall()
 
-    def count_running(self, buckets) -> dict[str, int]:
-        """Running jobs per budget, for budgets with a concurrency limit."""
-        wanted = {b.id for b in buckets if b.spec.concurrency is not None}
-        running = dict.fromkeys(wanted, 0)
-        if not wanted:
-            return running
+    def running_count(self, buckets) -> tuple[str, list] | None:
+        """The statement counting running jobs by (queue, task, key) for budgets with a
+        concurrency limit; rows ('running', queue, task, key, n, NULL)."""
         by = {"queue": set(), "task": set(), "key": set()}
         for b in buckets:
-            if b.id in wanted:
+            if b.spec.concurrency is not None:
                 by[b.spec.kind].add(b.value)
         tests, params = [], []
         for kind, column in (("queue", "queue_name"), ("task", "task_path"), ("key", "limit_key")):
             if by[kind]:
                 tests.append(self.engine.in_list(column))
                 params.append(self.engine.list_value(sorted(by[kind])))
-        self.cursor.execute(
-            f"SELECT queue_name, task_path, limit_key, count(*) FROM {JOB} "
+        if not tests:
+            return None
+        sql = (
+            f"SELECT 'running', queue_name, task_path, limit_key, count(*), NULL FROM {JOB} "
             f"WHERE state = {sql_state(JobState.RUNNING)} AND ({' OR '.join(tests)}) "
-            f"GROUP BY queue_name, task_path, limit_key",
-            params,
+            f"GROUP BY queue_name, task_path, limit_key"
         )
-        for queue, task, key, n in self.cursor.fetchall():
-            for b in self.limits.buckets(queue, task, key):
-                if b.id in running:
-                    running[b.id] += n
-        return running
+        return sql, params
 
-    def count_starts(self, buckets) -> dict[str, int]:
-        """Starts within each rate window, for budgets with a rate limit."""
-        from ..limits import rate_slack
-
+    def starts_counts(self, buckets) -> list[tuple[str, list]]:
+        """The statements counting starts within each rate window (latest moment within it),
+        one per window length; rows ('started', bucket, NULL, NULL, n, the oldest moment)."""
         by_window = defaultdict(list)
         for b in buckets:
             if b.spec.rate is not None:
                 by_window[b.spec.rate[1]].append(b.id)
-        starts = {}
-        for seconds, ids in by_window.items():
-            starts.update(dict.fromkeys(ids, 0))
-            self.cursor.execute(
-                f"SELECT bucket, count(*) FROM {STARTS} WHERE {self.engine.in_list('bucket')} "
+        return [
+            (
+                f"SELECT 'started', bucket, NULL, NULL, count(*), min(started_at) FROM {STARTS} "
+                f"WHERE {self.engine.in_list('bucket')} "
                 f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
-                [self.engine.list_value(sorted(ids)), -(seconds + rate_slack(seconds))],
+                [self.engine.list_value(sorted(ids)), -seconds],
             )
-            starts.update(dict(self.cursor.fetchall()))
-        return starts
+            for seconds, ids in by_window.items()
+        ]
+
+    def counts(self, buckets, *, running=True, started=True) -> tuple[dict, dict]:
+        """Running jobs per budget with a concurrency limit, and starts counted in the window
+        per budget with a rate limit: one statement."""
+        counted_running = {b.id: 0 for b in buckets if running and b.spec.concurrency is not None}
+        counted_starts = {b.id: 0 for b in buckets if started and b.spec.rate is not None}
+        parts = [self.running_count(buckets)] if running else []
+        parts += self.starts_counts(buckets) if started else []
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            return counted_running, counted_starts
+        self.cursor.execute(
+            " UNION ALL ".join(sql for sql, _ in parts), [v for _, ps in parts for v in ps]
+        )
+        for what, first, task, key, n, oldest in self.cursor.fetchall():
+            if what == "started":
+                counted_starts[first] = n
+                self.oldest_start[first] = oldest
+                continue
+            for b in self.limits.buckets(first, task, key):
+                if b.id in counted_running:
+                    counted_running[b.id] += n
+        return counted_running, counted_starts
+
+    def count_running(self, buckets) -> dict[str, int]:
+        """Running jobs per budget, for budgets with a concurrency limit."""
+        return self.counts(buckets, started=False)[0]
+
+    def count_starts(self, buckets) -> dict[str, int]:
+        """Starts counted in each rate window, for budgets with a rate limit."""
+        return self.counts(buckets, running=False)[1]
 
     # --- the rounds ------------------------------------------------------------------------
 
@@ -214,22 +268,25 @@ class LimitedClaim:
                 self.room.left[bucket_id] = 0
                 self.room.full.add(b)
         counted = [b for i, b in new.items() if i in got]
-        running = self.count_running(counted)
-        starts = self.count_starts(counted)
+        running, starts = self.counts(counted)
         for b in counted:
             left = float("inf")
             if b.spec.concurrency is not None:
                 left = min(left, b.spec.concurrency - running[b.id])
             if b.spec.rate is not None:
                 left = min(left, b.spec.rate[0] - starts[b.id])
+                self.room.started[b.id] = starts[b.id]
+                if starts[b.id] >= b.spec.rate[0]:
+                    self.limits.rate_room_after(self.oldest_start[b.id], b.spec.rate[1])
             self.room.left[b.id] = left
             if left < 1:
                 self.room.full.add(b)
         self.held.update(new)
 
-    def pick(self, limit: int) -> tuple[list, dict]:
-        """The ids to claim, in claim order, and the budgets each draws on."""
-        taken, drawn = [], {}
+    def pick(self, limit: int) -> tuple[list, dict, dict]:
+        """The ids to claim, in claim order, the budgets each draws on, and the slack of each
+        under a rate limit."""
+        taken, drawn, slacks = [], {}, {}
         for round in range(MAX_ROUNDS):
             want = limit - len(taken)
             asked = want + want // 4 + 10
@@ -242,30 +299,44 @@ class LimitedClaim:
             full_before = len(self.room.full)
             for row in rows:
                 bs = budgets[row[0]]
-                rated = any(b.spec.rate is not None for b in bs)
-                if rated and self.can_begin < 1:
-                    continue  # left for a claim with an executor free to begin it
-                if self.room.fits(bs):
-                    self.can_begin -= rated
-                    self.room.take(bs)
-                    taken.append(row[0])
-                    drawn[row[0]] = bs
-                    if len(taken) >= limit:
-                        return taken, drawn
+                if not self.room.fits(bs):
+                    continue
+                rated = [b for b in bs if b.spec.rate is not None]
+                if rated:
+                    roomy = self.room.roomy(rated)
+                    slack = min(rate_slack(b.spec.rate[1], roomy=roomy) for b in rated)
+                    at_once = slack < RATE_SLACK_TO_WAIT
+                    if at_once and self.can_begin < 1:
+                        continue  # left for a claim with an executor free to begin it
+                    self.can_begin -= at_once
+                    slacks[row[0]] = float(slack)
+                self.room.take(bs)
+                taken.append(row[0])
+                drawn[row[0]] = bs
+                if len(taken) >= limit:
+                    return taken, drawn, slacks
             if read_all or len(self.room.full) == full_before:
                 break  # nothing more is due, or the next read would return the same jobs
-        return taken, drawn
+        return taken, drawn, slacks
 
-    def record_starts(self, claimed_ids, drawn) -> None:
-        rated = [
-            b.id for job_id in claimed_ids for b in drawn.get(job_id, ()) if b.spec.rate is not None
+    @staticmethod
+    def starts_of(claimed_ids, drawn, slacks) -> list[tuple]:
+        """(job id, budget id, slack) of each start the claimed jobs make in a rate budget."""
+        return [
+            (job_id, b.id, slacks[job_id])
+            for job_id in claimed_ids
+            for b in drawn.get(job_id, ())
+            if b.spec.rate is not None
         ]
-        for start in range(0, len(rated), 500):
-            chunk = rated[start : start + 500]
+
+    def record_starts(self, starts) -> None:
+        """Record starts (starts_of) at their latest moment: claim time + slack."""
+        for first in range(0, len(starts), 500):
+            chunk = starts[first : first + 500]
             self.cursor.execute(
                 f"INSERT INTO {STARTS} (bucket, started_at) VALUES "
-                + ", ".join([f"(%s, {self.engine.now})"] * len(chunk)),
-                chunk,
+                + ", ".join([f"(%s, {self.engine.after('%s')})"] * len(chunk)),
+                [value for _, bucket, slack in chunk for value in (bucket, slack)],
             )
 
 
@@ -284,14 +355,6 @@ def in_turns(rows: list, heads: list) -> list:
         if key is not None:
             seen[key] += 1
     return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
-
-
-def start_slack(buckets) -> float:
-    """How soon after its claim a job under rate limits must begin (0: no rate limit)."""
-    from ..limits import rate_slack
-
-    slacks = [rate_slack(b.spec.rate[1]) for b in buckets if b.spec.rate is not None]
-    return min(slacks, default=0.0)
 
 
 def claimed_by_id(engine) -> str:
@@ -313,21 +376,33 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         engine.local_settings(cursor)
         claim = LimitedClaim(engine, cursor, limits, queues)
+        limits.rate_room_at = float("inf")
         claim.can_begin = limit if can_begin is None else can_begin
-        ids, drawn = claim.pick(limit)
+        ids, drawn, slacks = claim.pick(limit)
         if not ids:
             return []
-        cursor.execute(
-            f"UPDATE {JOB} SET {engine.claim_sets()} "
-            f"WHERE {claimed_by_id(engine)} "
-            f"RETURNING {engine.claimed_columns()}",
-            [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)],
+        update = (
+            f"UPDATE {JOB} SET {engine.claim_sets()} WHERE {claimed_by_id(engine)} "
+            f"RETURNING {engine.claimed_columns()}"
         )
-        rows = cursor.fetchall()
-        # Ids come back as the candidate reads returned them (the database's own form).
-        claim.record_starts([r[0] for r in rows], drawn)
+        params = [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)]
+        starts = claim.starts_of(ids, drawn, slacks)
+        if starts and connection.vendor == "postgresql":
+            # One statement: the claim, and the starts of the jobs it did claim.
+            job_ids, buckets, slack_of = (list(column) for column in zip(*starts, strict=True))
+            cursor.execute(
+                f"WITH claimed AS ({update}), {RECORDED_IF_CLAIMED} SELECT * FROM claimed",
+                [*params, job_ids, buckets, slack_of],
+            )
+            rows = cursor.fetchall()
+        else:
+            cursor.execute(update, params)
+            rows = cursor.fetchall()
+            # Ids come back as the candidate reads returned them (the database's own form).
+            claimed = {r[0] for r in rows}
+            claim.record_starts([s for s in starts if s[0] in claimed])
     batch = engine.claimed_batch(rows, lease_id)
-    slack = {parse_uuid(r[0]): start_slack(drawn.get(r[0], ())) for r in rows}
+    slack = {parse_uuid(r[0]): slacks.get(r[0], 0.0) for r in rows}
     for c in batch:
         c.rate_slack = slack[c.id]
     return batch

@@ -70,8 +70,10 @@ class LimitOverride(models.Model):
 
 
 class LimitStart(models.Model):
-    """One attempt started under a rate limit: its bucket (the limit's name, and the key for
-    a `key:` limit) and when. Rows older than every window are pruned by maintenance."""
+    """One attempt claimed under a rate limit: its bucket (the limit's name, and the key for
+    a `key:` limit) and `started_at`, the latest moment it may begin (its claim plus the slack
+    it was given, jobs.db.limited): a start counts while that moment is inside the window.
+    Rows older than every window are pruned by maintenance."""
 
     id = models.BigAutoField(primary_key=True)
     bucket = models.CharField(max_length=600)

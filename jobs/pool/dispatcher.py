@@ -6,6 +6,8 @@ Only the dispatcher changes which jobs are ready; the worker and the supervisor 
 import time
 from collections import deque
 
+from ..limits import RATE_SLACK_TO_WAIT
+
 # Dispatch: a job waits behind another in an executor only when both are known short.
 SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "short"
 PREFETCH_BUDGET = 0.02  # seconds of short work that may wait behind an executor's current job
@@ -169,8 +171,10 @@ class Dispatcher:
                 target = self._coroutine_target()
                 async_full = target is None
             elif not coroutine and not sync_full:
-                # A job under a rate limit must begin at once (jobs.limits): never queued behind.
-                estimate = None if claimed.start_by else self.short_estimate(claimed.task_path)
+                # A job under a rate limit with a short slack must begin at once (jobs.limits):
+                # never queued behind.
+                at_once = claimed.start_by and claimed.rate_slack < RATE_SLACK_TO_WAIT
+                estimate = None if at_once else self.short_estimate(claimed.task_path)
                 target = self._target(estimate)
                 sync_full = target is None
             if target is None:
