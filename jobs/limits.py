@@ -132,7 +132,7 @@ class Limits:
             return self._buckets[queue, task, key]
         except KeyError:
             pass
-        found = []
+        found: list[Bucket] = []
         for spec, value in (
             (self.queues.get(queue), queue),
             (self.tasks.get(task), task),
@@ -141,10 +141,10 @@ class Limits:
             if spec is not None:
                 bucket = Bucket(spec, value)
                 found.append(self._budgets.setdefault(bucket.id, bucket))
-        found = tuple(found)
+        buckets = tuple(found)
         if len(self._buckets) < REMEMBERED:
-            self._buckets[queue, task, key] = found
-        return found
+            self._buckets[queue, task, key] = buckets
+        return buckets
 
     def rate_room_after(self, oldest, seconds: float) -> None:
         """A claim found a rate budget full: its oldest counted start (the stored moment, as

@@ -42,6 +42,7 @@ read, so a held backlog never hides jobs under other budgets (no head-of-line bl
 import uuid
 import zlib
 from collections import defaultdict
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -102,7 +103,7 @@ class Room:
 class LimitedClaim:
     def __init__(self, engine, cursor, limits, queues):
         self.engine = engine
-        self.cursor = cursor
+        self.cursor: Any = cursor
         self.limits = limits
         self.queues = queues
         self.room = Room()
@@ -124,7 +125,7 @@ class LimitedClaim:
         elif self.queues:
             tests.append(f"AND {self.engine.in_list('queue_name')}")
             params.append(self.engine.list_value(self.queues))
-        full = {"queue": [], "task": [], "key": []}
+        full: dict[str, list] = {"queue": [], "task": [], "key": []}
         for b in self.room.full:
             full[b.spec.kind].append(b.value)
         for kind, column in (("queue", "queue_name"), ("task", "task_path")):
@@ -188,7 +189,7 @@ class LimitedClaim:
     def running_count(self, buckets) -> tuple[str, list] | None:
         """The statement counting running jobs by (queue, task, key) for budgets with a
         concurrency limit; rows ('running', queue, task, key, n, NULL)."""
-        by = {"queue": set(), "task": set(), "key": set()}
+        by: dict[str, set] = {"queue": set(), "task": set(), "key": set()}
         for b in buckets:
             if b.spec.concurrency is not None:
                 by[b.spec.kind].add(b.value)
@@ -286,7 +287,9 @@ class LimitedClaim:
     def pick(self, limit: int) -> tuple[list, dict, dict]:
         """The ids to claim, in claim order, the budgets each draws on, and the slack of each
         under a rate limit."""
-        taken, drawn, slacks = [], {}, {}
+        taken: list = []
+        drawn: dict = {}
+        slacks: dict = {}
         for round in range(MAX_ROUNDS):
             want = limit - len(taken)
             asked = want + want // 4 + 10

@@ -161,7 +161,7 @@ class Dispatcher:
         and no executor runs only known-short jobs that will be done within the prefetch
         budget — is handed back rather than left waiting in `running`.
         """
-        waiting = deque()
+        waiting: deque = deque()
         sync_full = async_full = False  # a job of that kind found no place: nor will the next
         while self.ready and not (sync_full and async_full):
             claimed = self.ready.popleft()
