@@ -136,7 +136,7 @@ class Limits:
         for spec, value in (
             (self.queues.get(queue), queue),
             (self.tasks.get(task), task),
-            (self.key_spec(key), key),
+            (self.key_spec(key), key or ""),  # no key, no key spec
         ):
             if spec is not None:
                 bucket = Bucket(spec, value)

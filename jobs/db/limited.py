@@ -229,9 +229,9 @@ class LimitedClaim:
         per budget with a rate limit: one statement."""
         counted_running = {b.id: 0 for b in buckets if running and b.spec.concurrency is not None}
         counted_starts = {b.id: 0 for b in buckets if started and b.spec.rate is not None}
-        parts = [self.running_count(buckets)] if running else []
-        parts += self.starts_counts(buckets) if started else []
-        parts = [p for p in parts if p is not None]
+        asked = [self.running_count(buckets)] if running else []
+        asked += self.starts_counts(buckets) if started else []
+        parts = [p for p in asked if p is not None]
         if not parts:
             return counted_running, counted_starts
         self.cursor.execute(
