@@ -4,6 +4,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
+from django.db import models
 from django.http import JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
@@ -24,6 +25,7 @@ from .serializers import (
     job_detail_json,
     job_json,
     log_json,
+    page_response,
     queue_json,
 )
 
@@ -118,9 +120,10 @@ def parse_limit(text: str | None) -> int:
     raise BadRequest(f"limit must be a 32-bit integer; it is clamped to 1-{MAX_LIMIT}")
 
 
-def find_job(job_id: str) -> Job | None:
+def find_by_id[M: models.Model](model: type[M], text: str) -> M | None:
+    """The row of `model` a URL names by id: None when there is none, or the text is no uuid."""
     try:
-        return Job.objects.filter(id=uuid.UUID(job_id)).first()
+        return model._default_manager.filter(id=uuid.UUID(text)).first()
     except ValueError:
         return None
 
@@ -226,18 +229,13 @@ def queue_name(name: str) -> str:
 def job_list(request):
     page = JobListQuery.from_params(request.GET).page()
     reruns = reruns_of(job.id for job in page.rows)
-    return JsonResponse(
-        {
-            "results": [job_json(job, reruns.get(job.id, ())) for job in page.rows],
-            "next_cursor": page.next_cursor,
-        }
-    )
+    return page_response([job_json(job, reruns.get(job.id, ())) for job in page.rows], page)
 
 
 @api_view("GET")
 def job_detail(request, job_id):
     refuse_parameters(request)
-    job = find_job(job_id)
+    job = find_by_id(Job, job_id)
     if job is None:
         return no_such_job()
     reruns = reruns_of([job.id]).get(job.id, ())
@@ -247,7 +245,7 @@ def job_detail(request, job_id):
 @api_view("GET")
 def job_logs(request, job_id):
     values = single_values(request.GET, ("attempt",))
-    job = find_job(job_id)
+    job = find_by_id(Job, job_id)
     if job is None:
         return no_such_job()
     attempt = parse_attempt(values.get("attempt"), job)

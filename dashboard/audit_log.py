@@ -14,7 +14,8 @@ from django.db.models import Q
 
 from jobs.models import AuditEntry
 
-from .pagination import DEFAULT_LIMIT, MAX_LIMIT
+from .forms import page_cursor, paging_fields
+from .pagination import DEFAULT_LIMIT
 
 SALT = "jobsite.dashboard.audit-cursor"
 # The actions written today, offered as suggestions; the filter takes any text.
@@ -43,10 +44,7 @@ class AuditFilterForm(forms.Form):
     user = forms.CharField(required=False, max_length=150)
     action = forms.CharField(required=False, max_length=32)
     job = forms.CharField(required=False, max_length=36, label="Job id")
-    cursor = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
-    limit = forms.IntegerField(
-        required=False, min_value=1, max_value=MAX_LIMIT, widget=forms.HiddenInput
-    )
+    cursor, limit = paging_fields()
 
     def clean_user(self):
         return _no_nul(self.cleaned_data["user"].strip())
@@ -64,13 +62,8 @@ class AuditFilterForm(forms.Form):
             raise ValidationError("Give a job's whole id, as its page shows it.") from None
 
     def clean_cursor(self):
-        text = self.cleaned_data["cursor"]
-        if not text:
-            return None
-        try:
-            return int(signing.loads(text, salt=SALT))
-        except (signing.BadSignature, ValueError, TypeError) as exc:
-            raise ValidationError("This page link is broken; start from the first page.") from exc
+        errors = (signing.BadSignature, ValueError, TypeError)
+        return page_cursor(self.cleaned_data["cursor"], _decode_cursor, errors)
 
     @property
     def filters(self) -> dict:
@@ -100,6 +93,10 @@ class AuditFilterForm(forms.Form):
             rows = rows[:limit]
             next_cursor = signing.dumps(rows[-1].id, salt=SALT)
         return AuditPage(rows=rows, next_cursor=next_cursor, is_first=data["cursor"] is None)
+
+
+def _decode_cursor(text: str) -> int:
+    return int(signing.loads(text, salt=SALT))
 
 
 def _no_nul(text: str) -> str:

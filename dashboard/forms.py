@@ -14,23 +14,35 @@ from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor
 BULK_CAP = 1_000
 
 
+def paging_fields():
+    """The hidden fields of every paged list's form: where its page starts (`cursor`, decoded
+    with `page_cursor`) and how many rows the page holds (`limit`)."""
+    return (
+        forms.CharField(required=False, max_length=200, widget=forms.HiddenInput),
+        forms.IntegerField(
+            required=False, min_value=1, max_value=MAX_LIMIT, widget=forms.HiddenInput
+        ),
+    )
+
+
+def page_cursor(text: str, decode, errors=(InvalidCursor,)):
+    """The cursor a page link carries, decoded; None on the first page, refused when broken."""
+    if not text:
+        return None
+    try:
+        return decode(text)
+    except errors as exc:
+        raise ValidationError("This page link is broken; start from the first page.") from exc
+
+
 class ListFilterForm(forms.Form):
     queue = forms.CharField(required=False, max_length=100)
     task = forms.CharField(required=False, max_length=255)
     q = forms.CharField(required=False, max_length=200, label="Search")
-    cursor = forms.CharField(required=False, max_length=200, widget=forms.HiddenInput)
-    limit = forms.IntegerField(
-        required=False, min_value=1, max_value=MAX_LIMIT, widget=forms.HiddenInput
-    )
+    cursor, limit = paging_fields()
 
     def clean_cursor(self):
-        text = self.cleaned_data["cursor"]
-        if not text:
-            return None
-        try:
-            return Cursor.decode(text)
-        except InvalidCursor as exc:
-            raise ValidationError("This page link is broken; start from the first page.") from exc
+        return page_cursor(self.cleaned_data["cursor"], Cursor.decode)
 
     def clean_limit(self):
         return self.cleaned_data["limit"] or DEFAULT_LIMIT

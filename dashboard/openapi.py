@@ -79,12 +79,14 @@ BULK_BODY = {
         }
     },
 }
-QUEUE_NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 100},
-}
+
+
+def _path_parameter(name, schema):
+    """A part of the path that names what the operation acts on."""
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+QUEUE_NAME = _path_parameter("name", {"type": "string", "minLength": 1, "maxLength": 100})
 
 
 def _queue_action(summary):
@@ -98,12 +100,7 @@ def _queue_action(summary):
     }
 
 
-JOB_ID = {
-    "name": "job_id",
-    "in": "path",
-    "required": True,
-    "schema": UUID,
-}
+JOB_ID = _path_parameter("job_id", UUID)
 
 
 def _list_parameter(name, schema, description):
@@ -161,21 +158,11 @@ def _action(summary, description, ok_status, ok_description, *, ok_schema="Job",
     }
 
 
-SCHEDULE_NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-}
+SCHEDULE_NAME = _path_parameter("name", {"type": "string"})
 NO_SCHEDULE = {"404": _json("No schedule has this name.", "Error")}
 
 
-WORKFLOW_ID = {
-    "name": "workflow_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string"},
-}
+WORKFLOW_ID = _path_parameter("workflow_id", {"type": "string"})
 NO_WORKFLOW = {"404": _json("No workflow has this id.", "Error")}
 
 

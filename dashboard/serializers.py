@@ -1,4 +1,4 @@
-"""Jobs and attempts as JSON, and the one shape of every API error."""
+"""Jobs and attempts as JSON, and the one shape of every API error and of every page of a list."""
 
 import uuid
 from datetime import datetime
@@ -110,6 +110,11 @@ class BadRequest(Exception):
     def __init__(self, message, **details):
         super().__init__(message)
         self.details = details
+
+
+def page_response(results: list, page) -> JsonResponse:
+    """A page of any list: its rows as `results`, and the next page's cursor (null at the end)."""
+    return JsonResponse({"results": results, "next_cursor": page.next_cursor})
 
 
 def error(status: int, message: str, *, headers=None, **details) -> JsonResponse:

@@ -1,17 +1,15 @@
 """The JSON API of workflows and batches: list them, read one with its nodes, cancel one."""
 
-import uuid
-
 from django.http import JsonResponse
 
 from jobs import workflows
 from jobs.models import Workflow
 
-from .api import decode_cursor, parse_limit, refuse_parameters, single_values
+from .api import decode_cursor, find_by_id, parse_limit, refuse_parameters, single_values
 from .auth import api_view
 from .columns import JOB_COLUMNS
 from .pagination import keyset_page
-from .serializers import error, job_json
+from .serializers import error, job_json, page_response
 
 SOURCE = "api"
 
@@ -46,13 +44,6 @@ def workflow_detail_json(summary: workflows.Summary) -> dict:
     return {**workflow_json(summary), "nodes": nodes}
 
 
-def find_workflow(workflow_id: str) -> Workflow | None:
-    try:
-        return Workflow.objects.filter(id=uuid.UUID(workflow_id)).first()
-    except ValueError:
-        return None
-
-
 def no_such_workflow():
     return error(404, "no such workflow")
 
@@ -67,18 +58,13 @@ def workflow_list(request):
         cursor=decode_cursor(cursor) if cursor is not None else None,
         limit=parse_limit(values.get("limit")),
     )
-    return JsonResponse(
-        {
-            "results": [workflow_json(s) for s in workflows.summaries(page.rows)],
-            "next_cursor": page.next_cursor,
-        }
-    )
+    return page_response([workflow_json(s) for s in workflows.summaries(page.rows)], page)
 
 
 @api_view("GET")
 def workflow_detail(request, workflow_id):
     refuse_parameters(request)
-    record = find_workflow(workflow_id)
+    record = find_by_id(Workflow, workflow_id)
     if record is None:
         return no_such_workflow()
     return JsonResponse(workflow_detail_json(workflows.summaries([record])[0]))
@@ -97,7 +83,7 @@ def retry_failed(request, workflow_id):
 def _act(request, workflow_id, action):
     """200 with the workflow and how many nodes the action changed (0 is no error)."""
     refuse_parameters(request)
-    record = find_workflow(workflow_id)
+    record = find_by_id(Workflow, workflow_id)
     if record is None:
         return no_such_workflow()
     changed = action(record.id, user=request.user, source=SOURCE)

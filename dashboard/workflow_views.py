@@ -70,16 +70,33 @@ def workflow_detail(request, workflow_id):
 @require_POST
 @operator_required
 def cancel(request, workflow_id):
-    n = workflows.cancel(workflow_id, user=request.user, source=SOURCE)
-    text = f"{n} nodes cancelled or asked to stop" if n else "no unfinished node to cancel"
-    (messages.success if n else messages.warning)(request, text)
-    return redirect("dashboard:workflow", workflow_id=workflow_id)
+    return _act(
+        request,
+        workflow_id,
+        workflows.cancel,
+        done="{n} nodes cancelled or asked to stop",
+        none="no unfinished node to cancel",
+    )
 
 
 @require_POST
 @operator_required
 def retry_failed(request, workflow_id):
-    n = workflows.retry_failed(workflow_id, user=request.user, source=SOURCE)
-    text = f"{n} failed nodes put back in line" if n else "no failed node to retry"
-    (messages.success if n else messages.warning)(request, text)
+    return _act(
+        request,
+        workflow_id,
+        workflows.retry_failed,
+        done="{n} failed nodes put back in line",
+        none="no failed node to retry",
+    )
+
+
+def _act(request, workflow_id, action, *, done: str, none: str):
+    """Run `action` on the workflow, say how many nodes it changed (`done`, `{n}` for the number)
+    or that it changed none, and go back to the workflow's page."""
+    n = action(workflow_id, user=request.user, source=SOURCE)
+    if n:
+        messages.success(request, done.format(n=n))
+    else:
+        messages.warning(request, none)
     return redirect("dashboard:workflow", workflow_id=workflow_id)

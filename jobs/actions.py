@@ -56,17 +56,10 @@ def _job_id(job_or_id):
         return None
 
 
-def _audit(job_id, action, outcome, *, user=None, source="python", result_job_id=None, record=True):
-    if not record:
-        return
-    AuditEntry.record(
-        job_id=job_id,
-        user=user,
-        action=action,
-        source=source,
-        outcome=outcome,
-        result_job_id=result_job_id,
-    )
+def _audit(job_id, action, outcome, *, record=True, **audit):
+    """`audit`: who acted and from where (user=, source=), as AuditEntry.record takes them."""
+    if record:
+        AuditEntry.record(job_id=job_id, action=action, outcome=outcome, **audit)
 
 
 def _state_of(job_id):

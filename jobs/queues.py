@@ -26,14 +26,8 @@ LAST_HOUR_CAP = 10_000
 LAST_HOUR_SAMPLE = 1_000
 
 
-def _audit(name, action, outcome, *, user=None, source="python"):
-    AuditEntry.record(
-        user=user,
-        action=action,
-        source=source,
-        outcome=outcome,
-        subject=name,
-    )
+def _audit(name, action, outcome, **audit):
+    AuditEntry.record(subject=name, action=action, outcome=outcome, **audit)
 
 
 def _checked(name) -> str:

@@ -54,48 +54,37 @@ class WorkerLog:
             level = logging.INFO
         if f.state == JobState.SUCCEEDED and self.json:
             level = logging.INFO
+        if f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
+            # Given back at shutdown: routine, not a failure.
+            level = logging.INFO
         if not logger.isEnabledFor(level):
             return  # the usual success: nothing to escape or format
         path = for_log(claimed.task_path) if claimed else "?"
         attempt = f"{claimed.attempt}/{claimed.max_attempts}" if claimed else "?"
         error = for_log(f"{f.error_type}: {f.error_message}".strip(": "))
         extra = logformat.finish_fields(f, claimed)
+        # Each outcome says what it is; the job and its task lead every line.
+        details: tuple
         if f.state == JobState.SUCCEEDED:
-            logger.log(
-                level, "job %s (%s) succeeded on attempt %s", f.job_id, path, attempt, extra=extra
-            )
+            message, details = "job %s (%s) succeeded on attempt %s", (attempt,)
         elif f.state == JobState.RETRYING and f.outcome == AttemptOutcome.INTERRUPTED:
-            logger.info(
+            message = (
                 "job %s (%s) interrupted by the worker's shutdown on attempt %s; back in line, "
-                "the attempt given back",
-                f.job_id,
-                path,
-                attempt,
-                extra=extra,
+                "the attempt given back"
             )
+            details = (attempt,)
         elif f.state == JobState.RETRYING:
-            logger.warning(
-                "job %s (%s) failed attempt %s: %s; retrying in %.1fs",
-                f.job_id,
-                path,
-                attempt,
-                error,
-                f.delay,
-                extra=extra,
-            )
+            message = "job %s (%s) failed attempt %s: %s; retrying in %.1fs"
+            details = (attempt, error, f.delay)
         elif f.state == JobState.DEAD_LETTER:
-            logger.error(
-                "job %s (%s) dead-lettered (%s) after attempt %s: %s",
-                f.job_id,
-                path,
-                f.reason,
-                attempt,
-                error,
-                extra=extra,
-            )
+            message = "job %s (%s) dead-lettered (%s) after attempt %s: %s"
+            details = (f.reason, attempt, error)
         elif f.state == JobState.CANCELLED:
-            logger.warning("job %s (%s) cancelled while running", f.job_id, path, extra=extra)
+            message, details = "job %s (%s) cancelled while running", ()
         elif f.state == JobState.PENDING and f.snoozed:
-            logger.log(level, "job %s (%s) snoozed for %.1fs", f.job_id, path, f.delay, extra=extra)
+            message, details = "job %s (%s) snoozed for %.1fs", (f.delay,)
         elif f.state == JobState.PENDING:
-            logger.log(level, "job %s (%s) handed back unstarted", f.job_id, path, extra=extra)
+            message, details = "job %s (%s) handed back unstarted", ()
+        else:
+            return
+        logger.log(level, message, f.job_id, path, *details, extra=extra)

@@ -28,24 +28,7 @@ from ..states import (
 from .columns import FINISHED_AT, Column
 from .records import Claimed, Expired, Finish
 from .run_after import RunAfter
-from .sql import (  # noqa: F401 (the engines import the shared vocabulary from here too)
-    ATTEMPT,
-    BATCH_CALLBACKS,
-    CLAIMED_COLUMNS,
-    COUNTER,
-    DEPENDENCY,
-    FINISH_COUNTERS,
-    JOB,
-    PAUSED,
-    UPSTREAM_FAILED,
-    applied_as,
-    finish_counts,
-    insert_value,
-    parse_time,
-    parse_uuid,
-    sql_in,
-    sql_state,
-)
+from .sql import CLAIMED_COLUMNS, COUNTER, JOB, PAUSED, parse_time, parse_uuid, sql_in, sql_state
 
 
 class Engine(RunAfter):

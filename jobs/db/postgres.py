@@ -18,20 +18,12 @@ from django.db import connection, transaction
 from .. import payload
 from ..states import TERMINAL, JobState
 from .columns import FINISHED_AT, job_inserted
-from .engine import (
-    COUNTER,
-    DEPENDENCY,
-    JOB,
-    Engine,
-    applied_as,
-    insert_value,
-    sql_in,
-    sql_state,
-)
+from .engine import Engine
 from .pooler import is_pooled
 from .postgres_finish import finish_document, finish_statement
 from .postgres_notify import NOTIFY, NOTIFY_CHANNEL, listener_for
 from .records import Finish
+from .sql import COUNTER, DEPENDENCY, JOB, applied_as, insert_value, sql_in, sql_state
 
 __all__ = ["NOTIFY_CHANNEL", "BoundCursor", "PostgresEngine"]
 

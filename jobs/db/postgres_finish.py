@@ -5,7 +5,9 @@ import json
 
 from ..states import AttemptOutcome, JobState
 from .columns import attempt_row
-from .engine import (
+from .postgres_notify import NOTIFY_CHANNEL
+from .records import Finish
+from .sql import (
     ATTEMPT,
     BATCH_CALLBACKS,
     COUNTER,
@@ -15,8 +17,6 @@ from .engine import (
     sql_in,
     sql_state,
 )
-from .postgres_notify import NOTIFY_CHANNEL
-from .records import Finish
 
 # The outcome columns the finish statement reads from its one JSON parameter, with their types:
 # Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own.

@@ -75,16 +75,11 @@ def trigger_schedule(name, *, user=None, source="python", backend=None) -> Sched
     return ScheduleActionResult(True, "run enqueued", job=job)
 
 
-def _audit(name, action, outcome, *, user=None, source="python", job_id=None):
+def _audit(name, action, outcome, *, job_id=None, **audit):
     from ..models import ScheduleAuditEntry
 
     ScheduleAuditEntry.record(
-        schedule=name,
-        user=user,
-        action=action,
-        source=source,
-        outcome=outcome,
-        result_job_id=job_id,
+        schedule=name, action=action, outcome=outcome, result_job_id=job_id, **audit
     )
 
 
