@@ -235,3 +235,16 @@ def test_a_slot_freed_counts_as_room_before_its_outcome_is_read(executors):
     started_coroutines(only, [now, now])
     only.status[slot_fields(0)[0]] = -1.0  # the child answered the first and freed its slot
     assert d.async_room(only, now) == 1
+
+
+def test_claims_look_ahead_by_the_time_a_claim_takes_to_come_back(executors):
+    (only,) = executors(1, async_slots=2)
+    d = dispatcher([only])
+    for _ in range(SEEN_BEFORE_SHORT):
+        d.observe(COROUTINE, 1.0)
+    now = time.monotonic()
+    started_coroutines(only, [now - 1.0 + AHEAD_BUDGET + 0.2, now])  # ends after the budget
+    assert d.async_room(only, now) == 0
+    for _ in range(20):
+        d.claim_took(0.3)  # jobs claimed now arrive after the first one has ended
+    assert d.async_room(only, now) == 1

@@ -11,12 +11,15 @@ SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "sho
 PREFETCH_BUDGET = 0.02  # seconds of short work that may wait behind an executor's current job
 MAX_PREFETCH = 64  # jobs that may wait behind an executor's current job
 SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
-# Claim ahead for coroutines: a coroutine may be sent to an executor whose slots are all taken
-# when one of them is expected to free within AHEAD_BUDGET (by the average attempt of its task
-# and when it started); it waits there and starts the moment a slot frees. One that has waited
-# longer than AHEAD_LIMIT (the estimate was wrong) is taken back and handed back.
+# Claim ahead for coroutines: a claim counts as room the slots of the coroutines expected to end
+# (by the average attempt of their task and when they started) before the claimed jobs arrive
+# (the worker's recent claim round trip, at most MAX_ROUND_TRIP) plus AHEAD_BUDGET. A coroutine
+# sent to an executor whose slots are all taken waits there, expected for at most AHEAD_BUDGET,
+# and starts the moment a slot frees; one that has waited longer than AHEAD_LIMIT (the estimate
+# was wrong) is taken back and handed back.
 AHEAD_BUDGET = 0.1  # seconds
 AHEAD_LIMIT = 0.25  # seconds
+MAX_ROUND_TRIP = 0.5  # seconds
 
 
 class Dispatcher:
@@ -43,6 +46,8 @@ class Dispatcher:
         # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
         # are sized for sync jobs (never more than can start) until coroutines are seen.
         self.async_share = 0.0
+        # Seconds the worker's recent claims took to come back (EWMA).
+        self.round_trip = 0.0
 
     def is_coroutine(self, task_path: str) -> bool:
         known = self.coroutine_tasks.get(task_path)
@@ -84,6 +89,10 @@ class Dispatcher:
         """Whether sync jobs wait behind a running one somewhere (the loop looks again within
         the prefetch budget)."""
         return any(len(e.inflight) > 1 and not e.coroutines for e in self.executors)
+
+    def claim_took(self, seconds: float):
+        """A claim (with the outcomes written in its transaction) took `seconds`."""
+        self.round_trip = 0.8 * self.round_trip + 0.2 * min(seconds, MAX_ROUND_TRIP)
 
     def observe(self, task_path: str, duration: float):
         duration = max(duration, 0.0)
@@ -144,7 +153,8 @@ class Dispatcher:
 
     def async_room(self, executor, now) -> int:
         """How many more coroutines the executor can take: its free slots, plus the slots of
-        the coroutines expected to end within AHEAD_BUDGET, less those already waiting there.
+        the coroutines expected to end before a claim made now comes back plus AHEAD_BUDGET,
+        less those already waiting there.
 
         Read from the slots the child shares, not from the outcomes received: a slot freed
         while the worker was busy counts at once.
@@ -153,12 +163,14 @@ class Dispatcher:
             return 0
         started = executor.started()
         ahead = 0
+        horizon = self.round_trip + AHEAD_BUDGET
         for seq, began in started.items():
             seen = self.durations.get(executor.inflight[seq].task_path)
-            # Known, ends within the budget, and is not overdue by more than that (a coroutine
-            # that hangs keeps its slot: nothing waits behind it).
-            if seen and seen[1] >= SEEN_BEFORE_SHORT and abs(began + seen[0] - now) <= AHEAD_BUDGET:
-                ahead += 1
+            # Known, ends within the horizon, and is not overdue by more than the budget (a
+            # coroutine that hangs keeps its slot: nothing waits behind it).
+            if seen and seen[1] >= SEEN_BEFORE_SHORT:
+                ends_in = began + seen[0] - now
+                ahead += -AHEAD_BUDGET <= ends_in <= horizon
         room = executor.async_slots - len(started) - len(executor.waiting()) + ahead
         return max(0, room)
 
