@@ -264,15 +264,17 @@ class Supervisor:
             self._stop_if_overdue(executor, seq, started[seq], now)
 
     def _enforce_coroutine_deadlines(self, executor, now):
-        if executor.waited(now) > AHEAD_LIMIT:
+        started = executor.started()
+        if executor.waited(now) > AHEAD_LIMIT and len(started) >= executor.async_slots:
             # Its slots free later than expected: what waits there for them goes elsewhere.
+            # (With a slot free, the child is only slow to take the next: nothing to gain.)
             self.dispatcher.put_back(executor.take_back_waiting())
         for seq in executor.coroutines:  # started or waiting in the child
             held = self.held.get(executor.inflight[seq].id)
             if held and held.cancel_requested_at is not None and not held.cancel_sent:
                 executor.cancel(seq)  # the coroutine alone; it answers as cancelled
                 held.cancel_sent = True
-        for seq, began in sorted(executor.started().items()):
+        for seq, began in sorted(started.items()):
             if self._stop_if_overdue(executor, seq, began, now):
                 return
 
