@@ -10,6 +10,13 @@ before it starts, and gives it back only after its outcome is written to the pip
 crash the worker knows from the slots which jobs had started (failed attempts) and hands back
 the others. Taking a slot happens under the `taking` lock, the same lock the worker holds
 while it takes back jobs not yet started: a job is either started here or taken back.
+
+The worker may send coroutines before a slot is free for them (it claims ahead for slots it
+expects to free soon, jobs.pool.dispatcher): they wait here, in order, and the loop thread
+starts the next one the moment a slot is given back, with no round trip to the worker between
+one coroutine's end and the next one's start. A waiting coroutine has not started: a crash
+hands it back, a stop (the worker's stop flag) hands it back at the next loop tick, and a
+cancel makes it fail as cancelled when its turn comes, without running its body.
 """
 
 import asyncio
@@ -19,6 +26,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 
 from .errors import JobCancelled, JobTimeout
 from .errortext import for_log
@@ -94,6 +102,10 @@ class ExecutorLoop:
         self.all_done.set()
         self.last_tick = time.monotonic()
         self.blocker = None  # (seq, claimed) of the coroutine seen holding the loop
+        # Coroutines sent here and not yet started, in order; and the seqs of those among them
+        # cancelled meanwhile. Both belong to the loop thread.
+        self.waiting: deque = deque()
+        self.cancelled_waiting: set[int] = set()
 
     # --- the main thread: the pipe -------------------------------------------------------
 
@@ -112,15 +124,15 @@ class ExecutorLoop:
                 self._call_in_loop(self._cancel, -seq)
                 continue
             claimed = self.job_codec.build(values)
-            slot = self._take(seq, claimed)
-            if slot is None:
-                self._send(seq, _released(claimed))
-                continue
             if is_coroutine_task(claimed.task_path):
                 with self.active_lock:
                     self.active += 1
                     self.all_done.clear()
-                self._call_in_loop(self._spawn, seq, claimed, slot)
+                self._call_in_loop(self._enqueue, seq, claimed)
+                continue
+            slot = self.free_slots.get()  # one is given back as soon as an outcome is out
+            if not self._take(seq, claimed, slot):
+                self._send(seq, _released(claimed))
                 continue
             ran = run_attempt(claimed, worker_id=self.worker_id)
             self._answer(seq, slot, ran)
@@ -128,9 +140,8 @@ class ExecutorLoop:
         # Asked to stop: what runs here finishes first (the worker kills us past its timeout).
         self.all_done.wait()
 
-    def _take(self, seq, claimed):
-        """The slot the job starts in, or None when it must not start."""
-        slot = self.free_slots.get()  # one is given back as soon as an outcome is out
+    def _take(self, seq, claimed, slot) -> bool:
+        """Start the job in `slot` (True), or not at all (False: the slot stays free)."""
         with self.taking:
             # A job whose lease may be gone belongs to whoever recovers it, and one the worker
             # took back runs elsewhere: never start those.
@@ -147,8 +158,7 @@ class ExecutorLoop:
                 self.running[seq] = claimed
         if not start:
             self.free_slots.put(slot)
-            return None
-        return slot
+        return start
 
     def _answer(self, seq, slot, ran):
         self._send(seq, ran)  # out before the slot is given back
@@ -192,6 +202,8 @@ class ExecutorLoop:
                 max(0, len(self.controls) - 1),
             )
         self.last_tick = now
+        if self.waiting and self.stop_flag.is_set():
+            self._release_waiting()
         self.loop.call_later(LOOP_TICK, self._tick)
 
     def watch_loop(self):
@@ -211,9 +223,45 @@ class ExecutorLoop:
                 return
             frame = frame.f_back
 
+    def _enqueue(self, seq, claimed):
+        self.waiting.append((seq, claimed))
+        self._start_waiting()
+
+    def _start_waiting(self):
+        """Start waiting coroutines, in order, while a slot is free."""
+        while self.waiting:
+            try:
+                slot = self.free_slots.get_nowait()
+            except queue.Empty:
+                return
+            seq, claimed = self.waiting.popleft()
+            if self._take(seq, claimed, slot):
+                self._spawn(seq, claimed, slot)
+            else:
+                self.cancelled_waiting.discard(seq)
+                self._send(seq, _released(claimed))
+                self._ended()
+
+    def _release_waiting(self):
+        """The worker stops: hand back every coroutine not started yet."""
+        while self.waiting:
+            seq, claimed = self.waiting.popleft()
+            self.cancelled_waiting.discard(seq)
+            self._send(seq, _released(claimed))
+            self._ended()
+
+    def _ended(self):
+        with self.active_lock:
+            self.active -= 1
+            if not self.active:
+                self.all_done.set()
+
     def _spawn(self, seq, claimed, slot):
         control = self.controls[seq] = Control()
         control.task = self.loop.create_task(self._attempt(seq, claimed, slot, control))
+        if seq in self.cancelled_waiting:
+            self.cancelled_waiting.discard(seq)
+            control.stop("cancelled")  # before its body: it fails as cancelled, unrun
         if claimed.timeout:
             control.timer = self.loop.call_later(claimed.timeout, control.stop, "timeout")
 
@@ -221,6 +269,8 @@ class ExecutorLoop:
         control = self.controls.get(seq)
         if control is not None:
             control.stop("cancelled")
+        elif any(waiting == seq for waiting, _ in self.waiting):
+            self.cancelled_waiting.add(seq)
 
     async def _attempt(self, seq, claimed, slot, control):
         ran = None
@@ -230,6 +280,7 @@ class ExecutorLoop:
             except BaseException as exc:  # never expected: the job is answered all the same
                 ran = _broken(claimed, exc)
             self._answer(seq, slot, ran)
+            self._start_waiting()  # the next one takes the slot at once
         finally:
             if control.timer is not None:
                 control.timer.cancel()
@@ -240,27 +291,27 @@ class ExecutorLoop:
                 # A failure may have broken the connection the coroutines share (in Django's
                 # sync thread): drop it there if so, so the next job gets a working one.
                 await _sync(self.tidy)
-            with self.active_lock:
-                self.active -= 1
-                if not self.active:
-                    self.all_done.set()
+            self._ended()
 
 
 class Control:
     """How a coroutine job may be stopped: its task, its timeout's timer, and why it was
     stopped. Only the task's own code is ever cancelled, never the steps around it that
-    record its outcome (`inside`)."""
+    record its outcome (`inside`); a stop that comes before the task's code begins keeps
+    that code from running at all."""
 
-    __slots__ = ("task", "timer", "reason", "inside")
+    __slots__ = ("task", "timer", "reason", "inside", "cancelled")
 
     def __init__(self):
         self.task = self.timer = self.reason = None
-        self.inside = False
+        self.inside = self.cancelled = False
 
     def stop(self, reason):
-        if self.inside and self.reason is None:
+        if self.reason is None:
             self.reason = reason
-            self.task.cancel()
+            if self.inside:
+                self.cancelled = True
+                self.task.cancel()
 
 
 def _broken(claimed, exc):
@@ -298,10 +349,12 @@ async def run_coroutine(claimed, worker_id, control):
         try:
             control.inside = True
             try:
+                if control.reason is not None:  # stopped before its code began
+                    raise asyncio.CancelledError
                 value = await attempt.task.func(*call_args, **attempt.kwargs)
             finally:
                 control.inside = False
-                if control.reason is not None:
+                if control.cancelled:
                     asyncio.current_task().uncancel()  # the cancel was ours, and is spent
             if control.reason == "timeout":
                 raise _stopped(claimed, "timeout")  # it returned anyway, past its timeout

@@ -254,6 +254,8 @@ class Worker:
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later
         applied, claimed = result
+        if limit:
+            self.dispatcher.claim_took(time.monotonic() - sent)
         self.finishes = []
         self._settle(pending, applied)
         lease_until = sent + self.config.lease_seconds - self.lease_margin

@@ -5,11 +5,12 @@ is sent lands in a pipe nobody reads, which is all the dispatcher sees of a chil
 """
 
 import pickle
+import time
 
 import pytest
 
 from jobs.executor_loop import TAKEN, new_status, slot_fields
-from jobs.pool.dispatcher import PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher
+from jobs.pool.dispatcher import AHEAD_BUDGET, PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher
 from jobs.pool.executor import Executor, mp_context
 from jobs.pool.wire import SEND_EVERY, Channel
 from tests.factories import make_claimed
@@ -32,7 +33,7 @@ def executors():
             e.status = ctx.RawArray("d", new_status(async_slots))
             e.taking = ctx.Lock()
             e.inflight, e.estimates = {}, {}
-            e.coroutines, e.async_slots = set(), async_slots
+            e.coroutines, e.async_slots = {}, async_slots
             e._queued, e._unknown = 0.0, 0
             e.broken, e.completed = False, 0
             e.channel, e._received = Channel(e.conn), []
@@ -138,7 +139,7 @@ def test_coroutines_fill_the_async_slots_of_the_least_busy_executors(executors):
     left = d.dispatch()
     assert (len(first.inflight), len(second.inflight)) == (3, 3)
     assert len(left) == 1  # no slot anywhere: handed back, not left waiting in running
-    assert first.coroutines == set(first.inflight)
+    assert set(first.coroutines) == set(first.inflight)
 
 
 def test_a_sync_job_never_joins_coroutines_nor_a_coroutine_a_sync_job(executors):
@@ -187,3 +188,63 @@ def test_the_slots_show_every_started_job_and_its_start(executors):
     only.status[TAKEN] = 5.0
     assert only.started() == {4: 104.0, 5: 105.0}
     assert only.running() == (4, 104.0)
+
+
+def started_coroutines(executor, begun):
+    """Send one coroutine per start time in `begun` and mark each started, as the child does."""
+    for slot, began in enumerate(begun):
+        seq = slot + 1
+        executor.send(seq, job(COROUTINE), None, coroutine=True)
+        seq_at, start_at = slot_fields(slot)
+        executor.status[start_at] = began
+        executor.status[seq_at] = float(seq)
+        executor.status[TAKEN] = float(seq)
+
+
+def test_coroutines_are_sent_ahead_only_for_slots_expected_to_free_within_the_budget(executors):
+    (only,) = executors(1, async_slots=3)
+    d = dispatcher([only])
+    for _ in range(SEEN_BEFORE_SHORT):
+        d.observe(COROUTINE, 1.0)
+    now = time.monotonic()
+    # Ends within the budget; just began; overdue far beyond the budget (it may hang).
+    started_coroutines(only, [now - 1.0 + AHEAD_BUDGET / 2, now, now - 5])
+    d.seq = 3  # the seqs the dispatcher gave them
+    ahead, too_many = job(COROUTINE), job(COROUTINE)
+    d.ready.extend([ahead, too_many])
+    assert d.dispatch() == [too_many]
+    assert ahead in only.inflight.values()
+    assert only.waiting() == [4]  # sent, and not started: the worker may take it back
+
+
+def test_nothing_is_sent_ahead_of_coroutines_of_a_task_not_seen_enough(executors):
+    (only,) = executors(1, async_slots=2)
+    d = dispatcher([only])
+    d.observe(COROUTINE, 0.001)
+    now = time.monotonic()
+    started_coroutines(only, [now - 1, now - 1])
+    waiting = job(COROUTINE)
+    d.ready.append(waiting)
+    assert d.dispatch() == [waiting]
+
+
+def test_a_slot_freed_counts_as_room_before_its_outcome_is_read(executors):
+    (only,) = executors(1, async_slots=2)
+    d = dispatcher([only])
+    now = time.monotonic()
+    started_coroutines(only, [now, now])
+    only.status[slot_fields(0)[0]] = -1.0  # the child answered the first and freed its slot
+    assert d.async_room(only, now) == 1
+
+
+def test_claims_look_ahead_by_the_time_a_claim_takes_to_come_back(executors):
+    (only,) = executors(1, async_slots=2)
+    d = dispatcher([only])
+    for _ in range(SEEN_BEFORE_SHORT):
+        d.observe(COROUTINE, 1.0)
+    now = time.monotonic()
+    started_coroutines(only, [now - 1.0 + AHEAD_BUDGET + 0.2, now])  # ends after the budget
+    assert d.async_room(only, now) == 0
+    for _ in range(20):
+        d.claim_took(0.3)  # jobs claimed now arrive after the first one has ended
+    assert d.async_room(only, now) == 1

@@ -13,14 +13,25 @@ SHORT_JOB = 0.005  # seconds: a task whose average attempt is below this is "sho
 PREFETCH_BUDGET = 0.02  # seconds of short work that may wait behind an executor's current job
 MAX_PREFETCH = 64  # jobs that may wait behind an executor's current job
 SEEN_BEFORE_SHORT = 3  # attempts of a task seen before it may count as short
+# Claim ahead for coroutines: a claim counts as room the slots of the coroutines expected to end
+# (by the average attempt of their task and when they started) before the claimed jobs arrive
+# (the worker's recent claim round trip, at most MAX_ROUND_TRIP) plus AHEAD_BUDGET. A coroutine
+# sent to an executor whose slots are all taken waits there, expected for at most AHEAD_BUDGET,
+# and starts the moment a slot frees; one that has waited longer than AHEAD_LIMIT (the estimate
+# was wrong) is taken back and handed back.
+AHEAD_BUDGET = 0.1  # seconds
+AHEAD_LIMIT = 0.25  # seconds
+MAX_ROUND_TRIP = 0.5  # seconds
 
 
 class Dispatcher:
     """Hands claimed jobs to executors: a sync job to an idle one, or behind known-short sync
-    jobs only; a coroutine to an executor holding no sync job and a free async slot.
+    jobs only; a coroutine to an executor holding no sync job and a free async slot, or a slot
+    expected to free within AHEAD_BUDGET.
 
     A job that can start nowhere now is handed back (see `dispatch`), so a job the database
-    shows as running is running, or starts within a dispatch round trip.
+    shows as running is running, or starts within a dispatch round trip (a coroutine: within
+    AHEAD_LIMIT, see `jobs.pool.supervisor`).
     """
 
     def __init__(self, executors):
@@ -37,6 +48,8 @@ class Dispatcher:
         # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
         # are sized for sync jobs (never more than can start) until coroutines are seen.
         self.async_share = 0.0
+        # Seconds the worker's recent claims took to come back (EWMA).
+        self.round_trip = 0.0
 
     def is_coroutine(self, task_path: str) -> bool:
         known = self.coroutine_tasks.get(task_path)
@@ -79,6 +92,10 @@ class Dispatcher:
         the prefetch budget)."""
         return any(len(e.inflight) > 1 and not e.coroutines for e in self.executors)
 
+    def claim_took(self, seconds: float):
+        """A claim (with the outcomes written in its transaction) took `seconds`."""
+        self.round_trip = 0.8 * self.round_trip + 0.2 * min(seconds, MAX_ROUND_TRIP)
+
     def observe(self, task_path: str, duration: float):
         duration = max(duration, 0.0)
         seen = self.durations.get(task_path)
@@ -107,6 +124,7 @@ class Dispatcher:
         async room weighed by the recent share of coroutines."""
         prefetch = self._prefetch()
         free = free_async = 0
+        now = time.monotonic()
         for e in self.executors:
             if e.broken:
                 continue
@@ -114,7 +132,8 @@ class Dispatcher:
                 free += 1 + prefetch
             elif prefetch and e.only_short():
                 free += max(0, 1 + prefetch - len(e.inflight))
-            free_async += e.free_async_slots()
+            if self.async_share:
+                free_async += self.async_room(e, now)
         return self._blend(free, free_async) - len(self.ready)
 
     def total_capacity(self) -> int:
@@ -125,20 +144,47 @@ class Dispatcher:
 
     def has_free_place(self) -> bool:
         """Whether a claimed job can start now without waiting for a batch's worth of room:
-        an executor is idle, or (when most jobs are coroutines) has a free async slot, since
-        coroutines free their slots one by one."""
+        an executor is idle, or (when most jobs are coroutines) has room for a coroutine,
+        since coroutines free their slots one by one."""
         coroutines = self.async_share >= 0.5
+        now = time.monotonic()
         return any(
-            not e.broken and (e.idle or (coroutines and e.free_async_slots()))
+            not e.broken and (e.idle or (coroutines and self.async_room(e, now)))
             for e in self.executors
         )
+
+    def async_room(self, executor, now) -> int:
+        """How many more coroutines the executor can take: its free slots, plus the slots of
+        the coroutines expected to end before a claim made now comes back plus AHEAD_BUDGET,
+        less those already waiting there.
+
+        Read from the slots the child shares, not from the outcomes received: a slot freed
+        while the worker was busy counts at once.
+        """
+        if executor.broken or executor.holds_sync():
+            return 0
+        started = executor.started()
+        ahead = 0
+        horizon = self.round_trip + AHEAD_BUDGET
+        for seq, began in started.items():
+            seen = self.durations.get(executor.inflight[seq].task_path)
+            # Known, ends within the horizon, and is not overdue by more than the budget (a
+            # coroutine that hangs keeps its slot: nothing waits behind it).
+            if seen and seen[1] >= SEEN_BEFORE_SHORT:
+                ends_in = began + seen[0] - now
+                ahead += -AHEAD_BUDGET <= ends_in <= horizon
+        room = executor.async_slots - len(started) - len(executor.waiting()) + ahead
+        return max(0, room)
 
     def _blend(self, sync: int, coroutines: int) -> int:
         return round(self.async_share * coroutines + (1 - self.async_share) * sync)
 
-    def _coroutine_target(self):
-        fits = [e for e in self.executors if e.free_async_slots() > 0]
-        return min(fits, key=lambda e: len(e.inflight), default=None)
+    def _coroutine_target(self, rooms):
+        target = max(rooms, key=rooms.get, default=None)
+        if target is None or rooms[target] <= 0:
+            return None
+        rooms[target] -= 1
+        return target
 
     def _target(self, estimate):
         idle = next((e for e in self.executors if e.idle and not e.broken), None)
@@ -163,12 +209,16 @@ class Dispatcher:
         """
         waiting: deque = deque()
         sync_full = async_full = False  # a job of that kind found no place: nor will the next
+        rooms = None  # executor -> room for coroutines, read once per round
         while self.ready and not (sync_full and async_full):
             claimed = self.ready.popleft()
             coroutine = self.is_coroutine(claimed.task_path)
             estimate = target = None
             if coroutine and not async_full:
-                target = self._coroutine_target()
+                if rooms is None:
+                    now = time.monotonic()
+                    rooms = {e: self.async_room(e, now) for e in self.executors}
+                target = self._coroutine_target(rooms)
                 async_full = target is None
             elif not coroutine and not sync_full:
                 # A job under a rate limit with a short slack must begin at once (jobs.limits):
@@ -182,6 +232,8 @@ class Dispatcher:
                 continue
             self.seq += 1
             target.send(self.seq, claimed, estimate, coroutine)
+            if not coroutine and rooms is not None:
+                rooms[target] = 0  # it holds a sync job now: no coroutine joins it
         waiting.extend(self.ready)
         self.ready = waiting
         for executor in self.executors:

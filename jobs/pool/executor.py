@@ -3,7 +3,8 @@
 The child sends each outcome back the moment the attempt ends, before it gives back the
 job's slot, so an outcome is never held where a crash can lose it. An executor runs one sync
 job at a time, or up to `async_slots` coroutines of `async def` tasks on one event loop
-(jobs.executor_loop), never both at once.
+(jobs.executor_loop), never both at once. Coroutines sent beyond its free slots wait in the
+child, in order, and start as slots free (`waiting`).
 """
 
 import multiprocessing
@@ -96,8 +97,8 @@ class Executor:
         self.inflight: dict[int, object] = {}
         # seq -> estimated seconds of a known-short job here; None for any other job.
         self.estimates: dict[int, float | None] = {}
-        # seqs of the jobs in flight here that are coroutines (async def tasks).
-        self.coroutines: set[int] = set()
+        # seq -> monotonic time sent, of the jobs in flight here that are coroutines.
+        self.coroutines: dict[int, float] = {}
         self._queued = 0.0  # sum of the known estimates
         self._unknown = 0  # jobs here not known to be short
         # The pipe failed: the child is gone or going. The worker replaces it.
@@ -133,6 +134,17 @@ class Executor:
             return 0
         return max(0, self.async_slots - len(self.inflight))
 
+    def waiting(self) -> list[int]:
+        """seqs of the coroutines sent here that the child has not started yet (it starts
+        them in order, so they are the ones past the last it took)."""
+        taken = self.status[TAKEN]
+        return [seq for seq in self.coroutines if seq > taken]
+
+    def waited(self, now) -> float:
+        """How long the oldest coroutine waiting here has waited since it was sent."""
+        waiting = self.waiting()
+        return now - self.coroutines[min(waiting)] if waiting else 0.0
+
     def queued_seconds(self) -> float:
         return self._queued
 
@@ -160,7 +172,7 @@ class Executor:
         self.inflight[seq] = claimed
         self._remember(seq, estimate)
         if coroutine:
-            self.coroutines.add(seq)
+            self.coroutines[seq] = time.monotonic()
         self.channel.queue(_dumps((seq, *_job_codec().flat(claimed))))
         if idle or self.channel.queued >= SEND_EVERY:
             self.flush()
@@ -201,7 +213,7 @@ class Executor:
     def take(self, seq: int):
         """The job `seq` is settled: no longer in flight here."""
         self._forget(seq)
-        self.coroutines.discard(seq)
+        self.coroutines.pop(seq, None)
         return self.inflight.pop(seq, None)
 
     def clear(self):

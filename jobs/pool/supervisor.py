@@ -17,7 +17,7 @@ from .. import outcome as oc
 from ..errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
 from ..errortext import for_log
 from ..outcome import RanKind
-from .dispatcher import PREFETCH_BUDGET, Dispatcher
+from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
 from .executor import Executor, StopFlag, StoppedBeforeStart
 
 logger = logging.getLogger(__name__)
@@ -251,11 +251,11 @@ class Supervisor:
 
     def enforce_deadlines(self, now):
         for executor in list(self.executors):
+            if executor.coroutines:
+                self._enforce_coroutine_deadlines(executor, now)
+                continue
             started = executor.started()
             if not started:
-                continue
-            if executor.coroutines:
-                self._enforce_coroutine_deadlines(executor, started, now)
                 continue
             seq = min(started)
             if len(executor.inflight) > 1 and now - started[seq] > PREFETCH_BUDGET:
@@ -263,12 +263,18 @@ class Supervisor:
                 self.dispatcher.put_back(executor.take_back_waiting())
             self._stop_if_overdue(executor, seq, started[seq], now)
 
-    def _enforce_coroutine_deadlines(self, executor, started, now):
-        for seq, began in sorted(started.items()):
+    def _enforce_coroutine_deadlines(self, executor, now):
+        started = executor.started()
+        if executor.waited(now) > AHEAD_LIMIT and len(started) >= executor.async_slots:
+            # Its slots free later than expected: what waits there for them goes elsewhere.
+            # (With a slot free, the child is only slow to take the next: nothing to gain.)
+            self.dispatcher.put_back(executor.take_back_waiting())
+        for seq in executor.coroutines:  # started or waiting in the child
             held = self.held.get(executor.inflight[seq].id)
             if held and held.cancel_requested_at is not None and not held.cancel_sent:
                 executor.cancel(seq)  # the coroutine alone; it answers as cancelled
                 held.cancel_sent = True
+        for seq, began in sorted(started.items()):
             if self._stop_if_overdue(executor, seq, began, now):
                 return
 
@@ -313,6 +319,9 @@ class Supervisor:
                 timeout = min(timeout, max(0.0, deadline - now))
         if self.dispatcher.prefetching():
             timeout = min(timeout, PREFETCH_BUDGET)
+        for executor in self.executors:
+            if executor.coroutines and executor.waiting():
+                timeout = min(timeout, max(0.0, AHEAD_LIMIT - executor.waited(now)) + 0.005)
         if self.restarts and not self.stopping:
             timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
         return timeout

@@ -1,0 +1,108 @@
+"""An executor's side of the pipe (jobs.executor_loop), driven in the test process: coroutines
+sent beyond its free slots wait there, in order, and start as slots free.
+
+The loop runs in a thread on one end of a real pipe; the test is the worker on the other end.
+"""
+
+import json
+import multiprocessing
+import pickle
+import threading
+import time
+
+import pytest
+
+from jobs.executor_loop import TAKEN, ExecutorLoop, new_status, started_jobs
+from jobs.outcome import RanKind
+from jobs.pool.wire import _dumps, _job_codec, _ran_codec
+from tests.factories import make_claimed
+from tests.reliability_helpers import wait_for
+
+AWAITS = "tests.tasks.awaits"
+
+
+@pytest.fixture
+def executor(tmp_path, monkeypatch):
+    """(send, answers, status, stop_flag) of an executor loop with 2 coroutine slots."""
+    monkeypatch.setenv("JOBSITE_TEST_LEDGER", str(tmp_path / "ledger"))
+    ours, theirs = multiprocessing.Pipe()
+    status = new_status(2)
+    stop_flag = threading.Event()
+    loop = ExecutorLoop(
+        theirs,
+        status,
+        threading.Lock(),
+        stop_flag,
+        "test-worker",
+        codecs=(_job_codec(), _ran_codec()),
+        dumps=_dumps,
+        tidy=lambda: None,
+    )
+    serving = threading.Thread(target=loop.serve, daemon=True)
+    serving.start()
+    answers: dict[int, object] = {}
+
+    def read():
+        while ours.poll(0):
+            seq, *values = pickle.loads(ours.recv_bytes())
+            answers[seq] = _ran_codec().build(values)
+        return answers
+
+    def send(seq, key, seconds):
+        claimed = make_claimed(AWAITS)
+        claimed.args_json = json.dumps([key, seconds])
+        claimed.lease_until = time.monotonic() + 60
+        ours.send_bytes(_dumps((seq, *_job_codec().flat(claimed))))
+
+    def cancel(seq):
+        ours.send_bytes(_dumps((-seq,)))
+
+    yield send, cancel, read, status, stop_flag
+    stop_flag.set()
+    ours.send_bytes(_dumps(None))
+    serving.join(10)
+    ours.close()
+
+
+def ledger(tmp_path):
+    path = tmp_path / "ledger"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_coroutines_beyond_the_free_slots_wait_and_start_in_order_as_slots_free(executor, tmp_path):
+    send, _, read, status, _ = executor
+    send(1, "first", 0.3)
+    send(2, "second", 0.6)
+    send(3, "third", 0)
+    wait_for(lambda: len(started_jobs(status)) == 2, timeout=10, what="two coroutines started")
+    assert status[TAKEN] == 2.0  # the third waits: not started, so the worker may take it back
+    wait_for(lambda: 3 in read(), timeout=10, what="the third to end")
+    assert [read()[seq].kind for seq in (1, 3)] == [RanKind.OK, RanKind.OK]
+    started = [line for line in ledger(tmp_path) if line.startswith("start:")]
+    assert started == ["start:first", "start:second", "start:third"]
+    assert "end:second" not in ledger(tmp_path)  # the third took the first's slot
+
+
+def test_a_cancelled_waiting_coroutine_fails_as_cancelled_without_running(executor, tmp_path):
+    send, cancel, read, status, _ = executor
+    send(1, "first", 0.3)
+    send(2, "second", 0.3)
+    send(3, "doomed", 0)
+    cancel(3)
+    wait_for(lambda: 3 in read(), timeout=10, what="the cancelled one to answer")
+    assert read()[3].error_type == "JobCancelled"
+    assert "start:doomed" not in ledger(tmp_path)
+
+
+def test_a_stop_hands_back_the_waiting_coroutines_unstarted(executor, tmp_path):
+    send, _, read, status, stop_flag = executor
+    send(1, "first", 1)
+    send(2, "second", 1)
+    send(3, "waiting", 0)
+    wait_for(lambda: len(started_jobs(status)) == 2, timeout=10, what="two coroutines started")
+    stop_flag.set()
+    wait_for(lambda: 3 in read(), timeout=10, what="the waiting one handed back")
+    assert read()[3].kind == RanKind.RELEASED
+    assert 1 not in read() and 2 not in read()  # the started ones run on to their end
+    wait_for(lambda: {1, 2} <= set(read()), timeout=10, what="the started ones to end")
+    assert "start:waiting" not in ledger(tmp_path)
