@@ -47,6 +47,9 @@ from .sql import (  # noqa: F401 (the engines import the shared vocabulary from 
     sql_state,
 )
 
+# Flow control's rate starts (jobs.models.LimitStart, jobs.db.limited).
+STARTS = "jobs_limitstart"
+
 
 class Engine(RunAfter):
     vendor: str
@@ -333,6 +336,13 @@ class Engine(RunAfter):
         ]
         if ended_badly:
             self.cancel_continuations(ended_badly, cursor=cursor)
+        # Handed back unstarted (released): its rate starts never happened, their room is free.
+        released = [self.uuid_value(r.job_id) for r in applied if r.outcome is None]
+        if released:
+            cursor.execute(
+                f"DELETE FROM {STARTS} WHERE {self.in_list('job_id')}",
+                [self.list_value(released)],
+            )
 
     def finish_and_claim(self, results: list[Finish], **claim_args):
         """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""
