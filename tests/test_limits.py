@@ -147,6 +147,25 @@ def test_a_rate_limited_job_handed_back_unstarted_gives_its_start_back():
     assert again.id not in {c.id for c in kept}
 
 
+def test_a_rate_limited_job_that_ran_counts_its_start_from_its_finish_not_its_latest_moment():
+    due(2, queue_name="api")
+    with with_limits({"queue:api": {"rate": [3, 60]}}):
+        ran, waiting = claim()
+        db.finish(
+            [
+                db.Finish(
+                    job_id=ran.id,
+                    lease_id=ran.lease_id,
+                    state=JobState.SUCCEEDED,
+                    outcome="succeeded",
+                )
+            ]
+        )
+    finished = timezone.now()
+    moments = dict(LimitStart.objects.values_list("job_id", "started_at"))
+    assert moments[ran.id] <= finished < moments[waiting.id]
+
+
 def test_starts_older_than_the_window_no_longer_count():
     due(4, queue_name="api")
     LimitStart.objects.create(

@@ -61,6 +61,9 @@ class Engine(RunAfter):
     locks_rows: bool = False
     # Are idle workers woken by a notification (else they poll)?
     wakes_workers: bool = False
+    # Does the finish statement itself bring the rate starts of attempts that ran forward to
+    # the finish (else after_finish does)?
+    finish_marks_starts: bool = False
 
     # --- how this database writes values --------------------------------------------------
 
@@ -343,6 +346,18 @@ class Engine(RunAfter):
                 f"DELETE FROM {STARTS} WHERE {self.in_list('job_id')}",
                 [self.list_value(released)],
             )
+        ran = [self.uuid_value(r.job_id) for r in applied if r.outcome is not None]
+        if ran and not self.finish_marks_starts:
+            cursor.execute(self.starts_begun_sql, [self.list_value(ran)])
+
+    @cached_property
+    def starts_begun_sql(self) -> str:
+        """An attempt that ran began before its finish: its rate starts count from the finish
+        if that is before their latest moment (jobs.db.limited: still exact)."""
+        return (
+            f"UPDATE {STARTS} SET started_at = {self.now} "
+            f"WHERE {self.in_list('job_id')} AND started_at > {self.now}"
+        )
 
     def finish_and_claim(self, results: list[Finish], **claim_args):
         """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""

@@ -20,11 +20,12 @@ Rate starts: each claimed job under a rate limit gets a slack (jobs.limits.rate_
 worker hands it back unstarted if it cannot begin within it; that release deletes the job's
 starts in the finish's transaction (Engine.after_finish), giving its budgets the room back: a
 start that never happened needs no counting. A start is recorded in
-jobs_limitstart as its latest moment, claim time + slack (the `started_at` column), and counts
-in a window of `seconds` while that moment is within the last `seconds`. That is exact whatever
-each job's slack: if some window held more than the limit's starts, the last of them to be
-claimed saw all the others' latest moments within `seconds` before its claim, and so counted
-them. So a claim gives a long slack while a budget is far from its limit (its jobs may then wait
+jobs_limitstart as its latest moment, claim time + slack (the `started_at` column), brought
+forward to the finish of its attempt when that comes first (the job began before it finished),
+and counts in a window of `seconds` while that moment is within the last `seconds`. That is
+exact whatever each job's slack: every stored moment is no earlier than the job's real begin,
+so if some window held more than the limit's starts, the last of them to be claimed saw all
+the others' moments within `seconds` before its claim, and so counted them. So a claim gives a long slack while a budget is far from its limit (its jobs may then wait
 behind others, taken like unlimited ones) and a short one near it (so starts leave the count
 soon). A job whose slack is too short to wait behind others is taken only for an executor free
 to begin it (`can_begin`).
