@@ -25,7 +25,8 @@ forward to the finish of its attempt when that comes first (the job began before
 and counts in a window of `seconds` while that moment is within the last `seconds`. That is
 exact whatever each job's slack: every stored moment is no earlier than the job's real begin,
 so if some window held more than the limit's starts, the last of them to be claimed saw all
-the others' moments within `seconds` before its claim, and so counted them. So a claim gives a long slack while a budget is far from its limit (its jobs may then wait
+the others' moments within `seconds` before its claim, and so counted them. So a claim
+gives a long slack while a budget is far from its limit (its jobs may then wait
 behind others, taken like unlimited ones) and a short one near it (so starts leave the count
 soon). A job whose slack is too short to wait behind others is taken only for an executor free
 to begin it (`can_begin`).
