@@ -15,6 +15,7 @@ from jobs import db
 from jobs.limit_spec import LimitError
 from jobs.limits import LimitsCache, clear_limit, in_force, set_limit
 from jobs.models import AuditEntry, Job, LimitStart
+from jobs.outcome import Outcome
 from jobs.states import JobState
 from tests.factories import make_job
 
@@ -133,6 +134,36 @@ def test_a_rate_limit_counts_the_starts_within_its_window():
         assert len(claim()) == 3
         assert claim() == []
     assert LimitStart.objects.filter(bucket="queue:api").count() == 3
+
+
+def test_a_rate_limited_job_handed_back_unstarted_gives_its_start_back():
+    due(4, queue_name="api")
+    with with_limits({"queue:api": {"rate": [3, 60]}}):
+        first, *kept = claim()
+        assert claim() == []
+        db.finish([Outcome.released(first, "w-limits")])
+        (again,) = claim()
+    assert LimitStart.objects.filter(bucket="queue:api").count() == 3
+    assert again.id not in {c.id for c in kept}
+
+
+def test_a_rate_limited_job_that_ran_counts_its_start_from_its_finish_not_its_latest_moment():
+    due(2, queue_name="api")
+    with with_limits({"queue:api": {"rate": [3, 60]}}):
+        ran, waiting = claim()
+        db.finish(
+            [
+                db.Finish(
+                    job_id=ran.id,
+                    lease_id=ran.lease_id,
+                    state=JobState.SUCCEEDED,
+                    outcome="succeeded",
+                )
+            ]
+        )
+    finished = timezone.now()
+    moments = dict(LimitStart.objects.values_list("job_id", "started_at"))
+    assert moments[ran.id] <= finished < moments[waiting.id]
 
 
 def test_starts_older_than_the_window_no_longer_count():

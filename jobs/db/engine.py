@@ -30,6 +30,9 @@ from .records import Claimed, Expired, Finish
 from .run_after import RunAfter
 from .sql import CLAIMED_COLUMNS, COUNTER, JOB, PAUSED, parse_time, parse_uuid, sql_in, sql_state
 
+# Flow control's rate starts (jobs.models.LimitStart, jobs.db.limited).
+STARTS = "jobs_limitstart"
+
 
 class Engine(RunAfter):
     vendor: str
@@ -41,6 +44,9 @@ class Engine(RunAfter):
     locks_rows: bool = False
     # Are idle workers woken by a notification (else they poll)?
     wakes_workers: bool = False
+    # Does the finish statement itself bring the rate starts of attempts that ran forward to
+    # the finish (else after_finish does)?
+    finish_marks_starts: bool = False
 
     # --- how this database writes values --------------------------------------------------
 
@@ -316,6 +322,25 @@ class Engine(RunAfter):
         ]
         if ended_badly:
             self.cancel_continuations(ended_badly, cursor=cursor)
+        # Handed back unstarted (released): its rate starts never happened, their room is free.
+        released = [self.uuid_value(r.job_id) for r in applied if r.outcome is None]
+        if released:
+            cursor.execute(
+                f"DELETE FROM {STARTS} WHERE {self.in_list('job_id')}",
+                [self.list_value(released)],
+            )
+        ran = [self.uuid_value(r.job_id) for r in applied if r.outcome is not None]
+        if ran and not self.finish_marks_starts:
+            cursor.execute(self.starts_begun_sql, [self.list_value(ran)])
+
+    @cached_property
+    def starts_begun_sql(self) -> str:
+        """An attempt that ran began before its finish: its rate starts count from the finish
+        if that is before their latest moment (jobs.db.limited: still exact)."""
+        return (
+            f"UPDATE {STARTS} SET started_at = {self.now} "
+            f"WHERE {self.in_list('job_id')} AND started_at > {self.now}"
+        )
 
     def finish_and_claim(self, results: list[Finish], **claim_args):
         """Record outcomes and claim the next batch in one transaction (one commit to wait for)."""

@@ -17,12 +17,16 @@ nothing due is left:
 4. take each job whose budgets all have room, in claim order, and claim them by id.
 
 Rate starts: each claimed job under a rate limit gets a slack (jobs.limits.rate_slack), and the
-worker hands it back unstarted if it cannot begin within it. A start is recorded in
-jobs_limitstart as its latest moment, claim time + slack (the `started_at` column), and counts
-in a window of `seconds` while that moment is within the last `seconds`. That is exact whatever
-each job's slack: if some window held more than the limit's starts, the last of them to be
-claimed saw all the others' latest moments within `seconds` before its claim, and so counted
-them. So a claim gives a long slack while a budget is far from its limit (its jobs may then wait
+worker hands it back unstarted if it cannot begin within it; that release deletes the job's
+starts in the finish's transaction (Engine.after_finish), giving its budgets the room back: a
+start that never happened needs no counting. A start is recorded in
+jobs_limitstart as its latest moment, claim time + slack (the `started_at` column), brought
+forward to the finish of its attempt when that comes first (the job began before it finished),
+and counts in a window of `seconds` while that moment is within the last `seconds`. That is
+exact whatever each job's slack: every stored moment is no earlier than the job's real begin,
+so if some window held more than the limit's starts, the last of them to be claimed saw all
+the others' moments within `seconds` before its claim, and so counted them. So a claim
+gives a long slack while a budget is far from its limit (its jobs may then wait
 behind others, taken like unlimited ones) and a short one near it (so starts leave the count
 soon). A job whose slack is too short to wait behind others is taken only for an executor free
 to begin it (`can_begin`).
@@ -48,9 +52,8 @@ from django.db import connection, transaction
 
 from ..limits import RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
 from ..states import CLAIMABLE, JobState
-from .engine import JOB, PAUSED, parse_uuid, sql_in, sql_state
+from .engine import JOB, PAUSED, STARTS, parse_uuid, sql_in, sql_state
 
-STARTS = "jobs_limitstart"
 # Namespace of jobsite's advisory locks (the first key of the two-key form).
 LOCK_SPACE = 0x6A0B
 # Rounds one claim makes at most (each excludes the budgets the previous one found full).
@@ -62,8 +65,8 @@ DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
 # PostgreSQL: a claim's starts (job id, budget id, slack) recorded in the claim's own statement,
 # for the jobs it did claim.
 RECORDED_IF_CLAIMED = f"""recorded AS (
-    INSERT INTO {STARTS} (bucket, started_at)
-    SELECT s.bucket, now() + s.slack * interval '1 second'
+    INSERT INTO {STARTS} (job_id, bucket, started_at)
+    SELECT s.id, s.bucket, now() + s.slack * interval '1 second'
     FROM unnest(%s::uuid[], %s::text[], %s::float8[]) AS s(id, bucket, slack)
     WHERE s.id IN (SELECT id FROM claimed)
 )"""
@@ -337,9 +340,9 @@ class LimitedClaim:
         for first in range(0, len(starts), 500):
             chunk = starts[first : first + 500]
             self.cursor.execute(
-                f"INSERT INTO {STARTS} (bucket, started_at) VALUES "
-                + ", ".join([f"(%s, {self.engine.after('%s')})"] * len(chunk)),
-                [value for _, bucket, slack in chunk for value in (bucket, slack)],
+                f"INSERT INTO {STARTS} (job_id, bucket, started_at) VALUES "
+                + ", ".join([f"(%s, %s, {self.engine.after('%s')})"] * len(chunk)),
+                [value for start in chunk for value in start],
             )
 
 

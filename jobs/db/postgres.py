@@ -77,6 +77,7 @@ class PostgresEngine(Engine):
     uuid_param = "%s::uuid"
     locks_rows = True
     wakes_workers = True
+    finish_marks_starts = True
 
     def after(self, expr):
         return f"now() + ({expr}) * interval '1 second'"

@@ -14,6 +14,7 @@ from .sql import (
     DEPENDENCY,
     FINISH_COUNTERS,
     JOB,
+    STARTS,
     sql_in,
     sql_state,
 )
@@ -81,6 +82,11 @@ done AS (SELECT v.*, upd.number, upd.started_at AS claimed_at,
                 CASE WHEN upd.state = {cancelled} AND v.new_state <> {cancelled}
                      THEN '{AttemptOutcome.CANCELLED}' ELSE v.outcome END AS attempt_outcome
          FROM upd JOIN v ON v.job_id = upd.id),
+-- An attempt that ran began before now: its rate starts count from now at the latest.
+begun AS (
+    UPDATE {STARTS} s SET started_at = now() FROM done
+    WHERE s.job_id = done.job_id AND done.outcome IS NOT NULL AND s.started_at > now()
+),
 att AS (
     INSERT INTO {ATTEMPT} ({", ".join(attempt_names)})
     SELECT {", ".join(attempt_exprs.get(n, n) for n in attempt_names)}

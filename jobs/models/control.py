@@ -73,14 +73,20 @@ class LimitStart(models.Model):
     """One attempt claimed under a rate limit: its bucket (the limit's name, and the key for
     a `key:` limit) and `started_at`, the latest moment it may begin (its claim plus the slack
     it was given, jobs.db.limited): a start counts while that moment is inside the window.
-    Rows older than every window are pruned by maintenance."""
+    `job_id` is the claimed job: handed back unstarted, it gives its starts back (the finish
+    deletes them). Rows older than every window are pruned by maintenance."""
 
     id = models.BigAutoField(primary_key=True)
     bucket = models.CharField(max_length=600)
     started_at = models.DateTimeField()
+    # No foreign key: a start outlives its job's deletion until pruned.
+    job_id = models.UUIDField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["bucket", "started_at"], name="limit_start_bucket")]
+        indexes = [
+            models.Index(fields=["bucket", "started_at"], name="limit_start_bucket"),
+            models.Index(fields=["job_id"], name="limit_start_job"),
+        ]
 
     def __str__(self):
         return f"{self.bucket} at {self.started_at}"
