@@ -28,10 +28,17 @@ from ..states import (
 from .columns import FINISHED_AT, Column
 from .records import Claimed, Expired, Finish
 from .run_after import RunAfter
-from .sql import CLAIMED_COLUMNS, COUNTER, JOB, PAUSED, parse_time, parse_uuid, sql_in, sql_state
-
-# Flow control's rate starts (jobs.models.LimitStart, jobs.db.limited).
-STARTS = "jobs_limitstart"
+from .sql import (
+    CLAIMED_COLUMNS,
+    COUNTER,
+    JOB,
+    PAUSED,
+    STARTS,
+    parse_time,
+    parse_uuid,
+    sql_in,
+    sql_state,
+)
 
 
 class Engine(RunAfter):

@@ -52,7 +52,7 @@ from django.db import connection, transaction
 
 from ..limits import RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
 from ..states import CLAIMABLE, JobState
-from .engine import JOB, PAUSED, STARTS, parse_uuid, sql_in, sql_state
+from .sql import JOB, PAUSED, STARTS, parse_uuid, sql_in, sql_state
 
 # Namespace of jobsite's advisory locks (the first key of the two-key form).
 LOCK_SPACE = 0x6A0B

@@ -23,6 +23,8 @@ BATCH_CALLBACKS = ("batch.on_success", "batch.on_finish")
 UPSTREAM_FAILED = "ParentFailed"
 # Queues nobody claims from (jobs.queues); a handful of rows at most.
 PAUSED = "jobs_pausedqueue"
+# Flow control's rate starts (jobs.models.LimitStart, jobs.db.limited).
+STARTS = "jobs_limitstart"
 
 
 def sql_in(states) -> str:
