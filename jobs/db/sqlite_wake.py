@@ -20,6 +20,7 @@ import os
 import secrets
 import socket
 import tempfile
+from functools import cache
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ MAX_SOCKET_PATH = 100
 NAME_LENGTH = len(f"/{2**22}-{'0' * 8}{SUFFIX}")
 
 
+# Every enqueue asks: the path is resolved once per database name, not once per job.
+@cache
 def folder_for(database: str) -> Path | None:
     """Where the wake-up sockets of the SQLite file `database` live; None for a database
     that is not a file (in memory), which no other process can share."""
