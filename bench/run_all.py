@@ -47,6 +47,10 @@ FULL = {
     "mixed_concurrency": 4,
     "mixed_pace": 60,  # jobs/s arriving, ~55 % of that best
     "mixed_cap": 30,
+    "async_n": 10_000,  # async def jobs awaiting async_ms, async_in_flight coroutines at once
+    "async_ms": 100,
+    "async_in_flight": 200,
+    "async_cap": 60,
 }
 QUICK = {
     "rounds": 1,
@@ -63,6 +67,10 @@ QUICK = {
     "mixed_concurrency": 4,
     "mixed_pace": 60,
     "mixed_cap": 10,
+    "async_n": 2000,
+    "async_ms": 100,
+    "async_in_flight": 200,
+    "async_cap": 20,
 }
 
 # Which configurations take part in which scenario. Enqueueing does not depend on the worker
@@ -112,7 +120,14 @@ PG_MIXED = [
     ("pgqueuer", "fast"),
 ]
 SQLITE = [("jobsite", "default"), ("django-tasks-db", "default"), ("django-tasks-db", "fast")]
-SCENARIOS = ["enqueue", "drain", "latency", "retry", "mixed", "sqlite"]
+# async def bodies: each system's way of running many coroutines at once.
+PG_ASYNC = [
+    ("jobsite", "async"),
+    ("procrastinate", "default"),
+    ("pgqueuer", "async"),
+    ("pgqueuer", "async-unbounded"),
+]
+SCENARIOS = ["enqueue", "drain", "latency", "retry", "mixed", "async", "sqlite"]
 
 
 def ensure_venv(name, requirements):
@@ -378,6 +393,22 @@ def main():
                     rnd,
                     concurrency=c,
                     pace=pace,
+                )
+
+    if "async" in scenarios:
+        vs = setup(variants(PG_ASYNC))
+        loads["async"] = os.getloadavg()
+        n, c, cap = plan["async_n"], plan["async_in_flight"], plan["async_cap"]
+        os.environ["BENCH_AWAIT_MS"] = str(plan["async_ms"])
+        h.log(
+            f"== (4c) {n:,} async def jobs awaiting {plan['async_ms']} ms, {c} in flight; "
+            "PostgreSQL"
+        )
+        for rnd in range(rounds):
+            h.log(f"-- round {rnd + 1}/{rounds}")
+            for v in vs:
+                h.attempt(
+                    run, f"async {v.label}", h.measure_drain, v, n, c, rnd, "await", cap=cap
                 )
 
     if "sqlite" in scenarios:

@@ -9,7 +9,8 @@ enqueue-to-start latency from its timestamps, the same way for every system.
 BENCH_MODE selects the job's behaviour: "ok" (no-op), "flaky" (the first execution of each job
 id raises, later ones succeed: a marker file created with O_EXCL decides, in a directory under
 `marks_base()`), "fail" (always raises),
-"mixed" (job i sleeps 1, 10 or 100 ms by i % 3, after its start is logged). BENCH_PACE (jobs/s),
+"mixed" (job i sleeps 1, 10 or 100 ms by i % 3, after its start is logged), "await" (the body
+is an `async def` task that logs its start, then awaits `await_seconds()`). BENCH_PACE (jobs/s),
 when set, makes `latency_loop` enqueue at that steady rate instead of one job after another.
 """
 
@@ -36,7 +37,7 @@ def run_job(i):
         _fd = os.open(os.environ["BENCH_EXEC_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(_fd, b"%d %.6f\n" % (i, time.time()))
     mode = os.environ.get("BENCH_MODE", "ok")
-    if mode == "ok":
+    if mode in ("ok", "await"):
         return None
     if mode == "mixed":
         time.sleep(MIX[i % len(MIX)])
@@ -53,6 +54,11 @@ def run_job(i):
             return None
         raise BenchFailure(f"job {i} fails on its first execution")
     raise BenchFailure(f"job {i} always fails")
+
+
+def await_seconds():
+    """How long each job of the "await" mode awaits asyncio.sleep (BENCH_AWAIT_MS, 100 ms)."""
+    return float(os.environ.get("BENCH_AWAIT_MS") or 100) / 1000
 
 
 def marks_base():

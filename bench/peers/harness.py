@@ -416,8 +416,8 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
     mark = Path(tempfile.mkdtemp(prefix="bench-marks-", dir=marks_base()))
     exec_path = scratch / "exec.log"
     env = variant.env(mode=mode, concurrency=concurrency, exec_log=exec_path, mark_dir=mark)
-    task = "retried" if mode in ("flaky", "fail") else "noop"
-    per_job = {"ok": 1, "mixed": 1, "flaky": 2, "fail": 3}[mode]
+    task = {"flaky": "retried", "fail": "retried", "await": "awaiting"}.get(mode, "noop")
+    per_job = {"ok": 1, "mixed": 1, "await": 1, "flaky": 2, "fail": 3}[mode]
     fill = prefill(run, variant, n, task)
     # Retry runs: the harness stops the workers (a burst worker may exit while the last
     # retries are being scheduled, which would not be the system's fault).
@@ -427,7 +427,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
         n * per_job,
         env,
         timeout,
-        burst=mode in ("ok", "mixed"),
+        burst=mode in ("ok", "mixed", "await"),
         logfile=scratch / "worker.log",
         cap=cap,
     )
@@ -475,6 +475,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
 SCENARIO_OF_MODE = {
     "ok": "drain",
     "mixed": "mixed_drain",
+    "await": "await_drain",
     "flaky": "retry_flaky",
     "fail": "retry_dead",
 }

@@ -17,7 +17,8 @@ class Spec:
     burst = True
     bulk = "enqueue_many"
     retries = True
-    configs = {"default": {}}
+    # "async": N coroutines in flight, as --concurrency 2 --async-concurrency N/2.
+    configs = {"default": {}, "async": {"executors": 2}}
     notes = "manage.py worker --burst --concurrency N (one process); JOBSITE_LOG_LEVEL=WARNING"
 
     def __init__(self, db_url):
@@ -38,6 +39,11 @@ class Spec:
 
     def worker_cmds(self, config, concurrency, burst):
         cmd = [self.python, "manage.py", "worker", "--concurrency", str(concurrency)]
+        executors = self.configs[config].get("executors")
+        if executors:
+            per_executor = max(1, concurrency // executors)
+            cmd[-1] = str(executors)
+            cmd += ["--async-concurrency", str(per_executor)]
         return [cmd + (["--burst"] if burst else [])]
 
 

@@ -5,7 +5,7 @@ import time
 
 from django.tasks import task
 
-from bench.peers.common import run_job
+from bench.peers.common import await_seconds, run_job
 from jobs.retry import Fixed
 
 
@@ -30,3 +30,10 @@ def sleep_ms(ms):
 async def await_ms(ms):
     """An async job that awaits `ms` milliseconds (bench/async_jobs.py)."""
     await asyncio.sleep(ms / 1000)
+
+
+@task()
+async def awaiting(i):
+    """The side-by-side "await" body: log the start, then await (bench/peers/common.py)."""
+    run_job(i)
+    await asyncio.sleep(await_seconds())

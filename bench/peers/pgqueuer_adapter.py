@@ -20,7 +20,14 @@ class Spec:
     burst = True
     bulk = "enqueue(lists)"
     retries = True
-    configs = {"default": {"batch_size": 10}, "fast": {"batch_size": 100}}
+    # "async": one process with N coroutines in flight at most (max_concurrent_tasks, which
+    # must be at least twice the batch size); "async-unbounded": its default, no cap at all.
+    configs = {
+        "default": {"batch_size": 10},
+        "fast": {"batch_size": 100},
+        "async": {"batch_size": 100, "in_flight": True},
+        "async-unbounded": {"batch_size": 100, "in_flight": False},
+    }
     notes = "N processes, QueueManager.run(batch_size=B, mode=drain|continuous), asyncpg"
 
     def __init__(self, db_url):
@@ -30,6 +37,13 @@ class Spec:
         return {"BENCH_DB_URL": self.db_url}
 
     def worker_cmds(self, config, concurrency, burst):
+        if "in_flight" in self.configs[config]:
+            batch = min(self.configs[config]["batch_size"], max(1, concurrency // 2))
+            cap = concurrency if self.configs[config]["in_flight"] else 0
+            return [
+                [self.python, "-m", self.module, "worker", "--batch-size", str(batch)]
+                + ["--burst", "1" if burst else "0", "--max-concurrent-tasks", str(cap)]
+            ]
         cmd = [
             self.python,
             "-m",
@@ -168,7 +182,7 @@ def check():
     }
 
 
-def worker(batch_size, burst):
+def worker(batch_size, burst, max_concurrent_tasks="0"):
     import asyncio
     import logging
     from datetime import timedelta
@@ -181,7 +195,7 @@ def worker(batch_size, burst):
         from pgqueuer import AsyncpgDriver, DatabaseRetryEntrypointExecutor, Queries, QueueManager
         from pgqueuer.domain.types import QueueExecutionMode
 
-        from bench.peers.common import run_job
+        from bench.peers.common import await_seconds, run_job
 
         conn = await asyncpg.connect(os.environ["BENCH_DB_URL"])
         qm = QueueManager(Queries(AsyncpgDriver(conn)))
@@ -200,8 +214,17 @@ def worker(batch_size, burst):
         async def retried(job):
             run_job(int(job.payload))
 
+        @qm.entrypoint("awaiting")
+        async def awaiting(job):
+            run_job(int(job.payload))
+            await asyncio.sleep(await_seconds())
+
         mode = QueueExecutionMode.drain if burst == "1" else QueueExecutionMode.continuous
-        await qm.run(batch_size=int(batch_size), mode=mode)
+        await qm.run(
+            batch_size=int(batch_size),
+            mode=mode,
+            max_concurrent_tasks=int(max_concurrent_tasks) or None,
+        )
 
     asyncio.run(go())
     return {}

@@ -256,6 +256,24 @@ def markdown(path):
 
     out += mixed_table(R, plan)
 
+    # (4c) async bodies
+    if R.variants("await_drain", "postgres"):
+        out += drain_table(
+            R,
+            "await_drain",
+            "postgres",
+            f"4c. `async def` jobs awaiting {plan.get('async_ms', 100)} ms (PostgreSQL), jobs/s",
+        )
+        out += [
+            "Concurrency here = coroutines in flight: jobsite `--concurrency 2 "
+            "--async-concurrency N/2`; procrastinate `concurrency=N` (one process; async tasks "
+            "run on its loop); pgqueuer (async) one process with `max_concurrent_tasks=N`, "
+            "`batch_size` N/2 at most 100; pgqueuer (async-unbounded) its default, no cap on "
+            "the jobs in flight: it starts every due job at once, so it is not a like-for-like "
+            "figure (a drain of N jobs is bound by its fetches, not by the await).",
+            "",
+        ]
+
     # (5) SQLite
     if R.variants("drain", "sqlite") or R.variants("enqueue", "sqlite"):
         out += ["### 5. SQLite: jobsite against django-tasks-db", ""]
@@ -317,8 +335,9 @@ def drain_table(R, scenario, db, title):
     head = "| jobs | concurrency | " + " | ".join(label(*v) for v in variants) + " |"
     out += [head, "|---:|---:|" + "---:|" * len(variants)]
     any_capped = False
+    ours = next((config for system, config in variants if system == "jobsite"), "default")
     for n, c in R.cells(scenario, db):
-        mine = R.median("jobs_per_s", scenario, db, "jobsite", n=n, c=c)
+        mine = R.median("jobs_per_s", scenario, db, "jobsite", ours, n=n, c=c)
         cells = []
         for system, config in variants:
             x = R.median("jobs_per_s", scenario, db, system, config, n=n, c=c)
