@@ -407,9 +407,7 @@ def main():
         for rnd in range(rounds):
             h.log(f"-- round {rnd + 1}/{rounds}")
             for v in vs:
-                h.attempt(
-                    run, f"async {v.label}", h.measure_drain, v, n, c, rnd, "await", cap=cap
-                )
+                h.attempt(run, f"async {v.label}", h.measure_drain, v, n, c, rnd, "await", cap=cap)
 
     if "sqlite" in scenarios:
         vs = setup(variants(SQLITE, db="sqlite"))
