@@ -54,6 +54,9 @@ class Engine(RunAfter):
     # Does the finish statement itself bring the rate starts of attempts that ran forward to
     # the finish (else after_finish does)?
     finish_marks_starts: bool = False
+    # Has a claim of this process recorded rate starts? Until then its finishes have none to
+    # bring forward (a start left at its latest moment still counts exactly, only longer).
+    recorded_starts: bool = False
 
     # --- how this database writes values --------------------------------------------------
 
@@ -337,7 +340,7 @@ class Engine(RunAfter):
                 [self.list_value(released)],
             )
         ran = [self.uuid_value(r.job_id) for r in applied if r.outcome is not None]
-        if ran and not self.finish_marks_starts:
+        if ran and self.recorded_starts and not self.finish_marks_starts:
             cursor.execute(self.starts_begun_sql, [self.list_value(ran)])
 
     @cached_property

@@ -43,6 +43,7 @@ of that budget counts this claim's jobs. Budgets found full are excluded from th
 read, so a held backlog never hides jobs under other budgets (no head-of-line blocking).
 """
 
+import json
 import uuid
 import zlib
 from collections import defaultdict
@@ -303,11 +304,14 @@ class LimitedClaim:
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
             self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
             full_before = len(self.room.full)
+            rated_of: dict[tuple, list] = {}
             for row in rows:
                 bs = budgets[row[0]]
                 if not self.room.fits(bs):
                     continue
-                rated = [b for b in bs if b.spec.rate is not None]
+                rated = rated_of.get(bs)
+                if rated is None:
+                    rated = rated_of[bs] = [b for b in bs if b.spec.rate is not None]
                 if rated:
                     roomy = self.room.roomy(rated)
                     slack = min(rate_slack(b.spec.rate[1], roomy=roomy) for b in rated)
@@ -336,14 +340,17 @@ class LimitedClaim:
         ]
 
     def record_starts(self, starts) -> None:
-        """Record starts (starts_of) at their latest moment: claim time + slack."""
-        for first in range(0, len(starts), 500):
-            chunk = starts[first : first + 500]
-            self.cursor.execute(
-                f"INSERT INTO {STARTS} (job_id, bucket, started_at) VALUES "
-                + ", ".join([f"(%s, %s, {self.engine.after('%s')})"] * len(chunk)),
-                [value for start in chunk for value in start],
-            )
+        """Record starts (starts_of) at their latest moment: claim time + slack. One
+        statement, the starts as one JSON parameter (SQLite)."""
+        if not starts:
+            return
+        field = "json_extract(s.value, '$[{}]')".format
+        self.cursor.execute(
+            f"INSERT INTO {STARTS} (job_id, bucket, started_at) "
+            f"SELECT {field(0)}, {field(1)}, {self.engine.after(field(2))} "
+            "FROM json_each(%s) AS s",
+            [json.dumps(starts)],
+        )
 
 
 def in_turns(rows: list, heads: list) -> list:
@@ -393,6 +400,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         )
         params = [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)]
         starts = claim.starts_of(ids, drawn, slacks)
+        engine.recorded_starts |= bool(starts)
         if starts and connection.vendor == "postgresql":
             # One statement: the claim, and the starts of the jobs it did claim.
             job_ids, buckets, slack_of = (list(column) for column in zip(*starts, strict=True))
@@ -408,7 +416,8 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
             claimed = {r[0] for r in rows}
             claim.record_starts([s for s in starts if s[0] in claimed])
     batch = engine.claimed_batch(rows, lease_id)
-    slack = {parse_uuid(r[0]): slacks.get(r[0], 0.0) for r in rows}
-    for c in batch:
-        c.rate_slack = slack[c.id]
+    if slacks:
+        slack = {parse_uuid(job_id): s for job_id, s in slacks.items()}
+        for c in batch:
+            c.rate_slack = slack.get(c.id, 0.0)
     return batch

@@ -8,7 +8,8 @@ so text comparisons agree with Django's. Uuids are stored as 32 hex digits.
 There is no row locking: write transactions take the database's write lock at BEGIN
 (`BEGIN IMMEDIATE`), so a claim, a finish or a compaction never interleaves with another. A
 finish is three steps in its transaction (the guarded update, the attempt rows, then the
-continuations and counters); there are no wake-ups, workers poll.
+continuations and counters); idle workers are woken through sockets beside the file
+(sqlite_wake).
 """
 
 import json
