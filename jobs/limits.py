@@ -33,6 +33,10 @@ RATE_SLACK_MAX = 1.0
 # windows, which only a budget this far from its limit can afford.
 RATE_ROOMY_SHARE = 0.5
 RATE_ROOMY_SLACK_MAX = 30.0
+# While it holds at most this share, a claim records its jobs' starts in that budget as one row
+# (jobs.db.limited): such starts are neither given back when a job is handed back unstarted nor
+# counted from its finish, which only a budget this far from its limit can afford.
+RATE_BULK_SHARE = 0.1
 # A job whose slack is at least this may wait behind an executor's short jobs (jobs.pool's
 # prefetch, a few ms of work) like a job under no limit; one with less is taken only for an
 # executor free to begin it at once.

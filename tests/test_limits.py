@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs import db
 from jobs.limit_spec import LimitError
+from jobs.limit_usage import usage
 from jobs.limits import LimitsCache, clear_limit, in_force, set_limit
 from jobs.models import AuditEntry, Job, LimitStart
 from jobs.outcome import Outcome
@@ -323,3 +324,35 @@ def test_a_claim_finding_a_rate_budget_full_says_when_it_has_room_again():
     # The first start had a whole window's slack (30 s), the second a quarter (capped at 1 s):
     # the second's latest moment leaves the window first, 31 s after its claim.
     assert before + 29 < cache.room_at() < time.monotonic() + 31.5
+
+
+def test_a_budget_far_from_its_rate_records_a_claims_starts_in_one_row():
+    due(30, queue_name="api")
+    with with_limits({"queue:api": {"rate": [1000, 60]}}):
+        assert len(claim()) == 30
+        rows = list(LimitStart.objects.values_list("bucket", "job_id", "starts"))
+        assert rows == [("queue:api", None, 30)]
+        # The row counts as its 30 starts.
+        (api,) = usage()
+        assert api.started == 30
+
+
+def test_near_its_rate_a_budget_records_each_start_with_its_job():
+    due(5, queue_name="api")
+    with with_limits({"queue:api": {"rate": [10, 60]}}):
+        claimed = claim()
+    # The first start fits in a tenth of the limit: a row of its own kind; the rest, a row each.
+    rows = sorted(LimitStart.objects.values_list("job_id", "starts"), key=lambda r: r[0] is None)
+    assert [starts for _, starts in rows] == [1, 1, 1, 1, 1]
+    assert sum(job_id is None for job_id, _ in rows) == 1
+    assert {job_id for job_id, _ in rows if job_id} < {c.id for c in claimed}
+
+
+def test_bulk_starts_still_hold_a_budget_to_its_rate():
+    due(40, queue_name="api")
+    with with_limits({"queue:api": {"rate": [20, 60]}}):
+        first = claim(limit=2)
+        rest = claim()
+    assert len(first) == 2
+    assert len(rest) == 18
+    assert sum(LimitStart.objects.values_list("starts", flat=True)) == 20

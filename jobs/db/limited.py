@@ -31,6 +31,11 @@ behind others, taken like unlimited ones) and a short one near it (so starts lea
 soon). A job whose slack is too short to wait behind others is taken only for an executor free
 to begin it (`can_begin`).
 
+While a budget's window holds at most a tenth of its limit, a claim records the starts its jobs
+make there as one row (`starts` of them, at the latest of their moments, no job id): these are
+neither given back nor brought forward, so they count at most a window and a slack, which still
+never counts a start too few.
+
 Turns between limit keys: while a `key:` limit is in force, the first round also reads the
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
 KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
@@ -51,7 +56,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ..limits import RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
+from ..limits import RATE_BULK_SHARE, RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
 from ..states import CLAIMABLE, JobState
 from .sql import JOB, PAUSED, STARTS, parse_uuid, sql_in, sql_state
 
@@ -63,13 +68,15 @@ MAX_ROUNDS = 8
 KEYS_PER_CLAIM = 200
 HEADS_PER_KEY = 4
 DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
-# PostgreSQL: a claim's starts (job id, budget id, slack) recorded in the claim's own statement,
-# for the jobs it did claim.
+# PostgreSQL: a claim's starts (job id, budget id, slack, one row per budget?) recorded in the
+# claim's own statement, for the jobs it did claim.
 RECORDED_IF_CLAIMED = f"""recorded AS (
-    INSERT INTO {STARTS} (job_id, bucket, started_at)
-    SELECT s.id, s.bucket, now() + s.slack * interval '1 second'
-    FROM unnest(%s::uuid[], %s::text[], %s::float8[]) AS s(id, bucket, slack)
+    INSERT INTO {STARTS} (job_id, bucket, started_at, starts)
+    SELECT CASE WHEN s.bulk THEN NULL ELSE s.id END, s.bucket,
+           now() + max(s.slack) * interval '1 second', count(*)
+    FROM unnest(%s::uuid[], %s::text[], %s::float8[], %s::bool[]) AS s(id, bucket, slack, bulk)
     WHERE s.id IN (SELECT id FROM claimed)
+    GROUP BY s.bucket, CASE WHEN s.bulk THEN NULL ELSE s.id END
 )"""
 
 
@@ -95,6 +102,11 @@ class Room:
         slack (jobs.limits.RATE_ROOMY_SHARE)?"""
         return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_ROOMY_SHARE for b in rated)
 
+    def far(self, rated) -> bool:
+        """So far from their limits that this job's starts may go in one row per budget with
+        the claim's other such jobs (jobs.limits.RATE_BULK_SHARE)?"""
+        return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_BULK_SHARE for b in rated)
+
     def take(self, buckets) -> None:
         for b in buckets:
             self.left[b.id] -= 1
@@ -116,6 +128,8 @@ class LimitedClaim:
         self.oldest_start: dict = {}
         # Jobs with a short rate slack this claim may still take (they must begin at once).
         self.can_begin = 0
+        # Jobs whose starts go in one row per budget (Room.far).
+        self.bulk: set = set()
 
     # --- SQL pieces ------------------------------------------------------------------------
 
@@ -220,7 +234,7 @@ class LimitedClaim:
                 by_window[b.spec.rate[1]].append(b.id)
         return [
             (
-                f"SELECT 'started', bucket, NULL, NULL, count(*), min(started_at) FROM {STARTS} "
+                f"SELECT 'started', bucket, NULL, NULL, sum(starts), min(started_at) FROM {STARTS} "
                 f"WHERE {self.engine.in_list('bucket')} "
                 f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
                 [self.engine.list_value(sorted(ids)), -seconds],
@@ -320,6 +334,8 @@ class LimitedClaim:
                         continue  # left for a claim with an executor free to begin it
                     self.can_begin -= at_once
                     slacks[row[0]] = float(slack)
+                    if roomy and self.room.far(rated):
+                        self.bulk.add(row[0])
                 self.room.take(bs)
                 taken.append(row[0])
                 drawn[row[0]] = bs
@@ -329,26 +345,28 @@ class LimitedClaim:
                 break  # nothing more is due, or the next read would return the same jobs
         return taken, drawn, slacks
 
-    @staticmethod
-    def starts_of(claimed_ids, drawn, slacks) -> list[tuple]:
-        """(job id, budget id, slack) of each start the claimed jobs make in a rate budget."""
+    def starts_of(self, claimed_ids, drawn, slacks) -> list[tuple]:
+        """(job id, budget id, slack, in one row per budget?) of each start the claimed jobs
+        make in a rate budget."""
         return [
-            (job_id, b.id, slacks[job_id])
+            (job_id, b.id, slacks[job_id], job_id in self.bulk)
             for job_id in claimed_ids
             for b in drawn.get(job_id, ())
             if b.spec.rate is not None
         ]
 
     def record_starts(self, starts) -> None:
-        """Record starts (starts_of) at their latest moment: claim time + slack. One
+        """Record starts (starts_of) at their latest moment, claim time + slack: a row per job
+        and budget, or one per budget for the bulk ones (as RECORDED_IF_CLAIMED). One
         statement, the starts as one JSON parameter (SQLite)."""
         if not starts:
             return
         field = "json_extract(s.value, '$[{}]')".format
+        job = f"CASE WHEN {field(3)} THEN NULL ELSE {field(0)} END"
         self.cursor.execute(
-            f"INSERT INTO {STARTS} (job_id, bucket, started_at) "
-            f"SELECT {field(0)}, {field(1)}, {self.engine.after(field(2))} "
-            "FROM json_each(%s) AS s",
+            f"INSERT INTO {STARTS} (job_id, bucket, started_at, starts) "
+            f"SELECT {job}, {field(1)}, {self.engine.after(f'max({field(2)})')}, count(*) "
+            f"FROM json_each(%s) AS s GROUP BY {field(1)}, {job}",
             [json.dumps(starts)],
         )
 
@@ -403,10 +421,10 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         engine.recorded_starts |= bool(starts)
         if starts and connection.vendor == "postgresql":
             # One statement: the claim, and the starts of the jobs it did claim.
-            job_ids, buckets, slack_of = (list(column) for column in zip(*starts, strict=True))
+            columns = [list(column) for column in zip(*starts, strict=True)]
             cursor.execute(
                 f"WITH claimed AS ({update}), {RECORDED_IF_CLAIMED} SELECT * FROM claimed",
-                [*params, job_ids, buckets, slack_of],
+                [*params, *columns],
             )
             rows = cursor.fetchall()
         else:
