@@ -99,6 +99,10 @@ class Limits:
         self._turns_at = 0.0
         # When (time.monotonic()) a rate budget the last claim found full has room again.
         self.rate_room_at = float("inf")
+        # Did the last claim leave every budget it drew on at most half full (jobs.db.limited:
+        # the next claim may then claim first and count after)?
+        self.claims_roomy = False
+        self.count_first_until = 0.0
 
     @cached_property
     def limits_claims(self) -> bool:
@@ -166,6 +170,10 @@ class Limits:
         # At least a little later: a clock apart from the database's never makes a busy loop.
         at = time.monotonic() + max(ROOM_WAKE_MIN, left)
         self.rate_room_at = min(self.rate_room_at, at)
+
+    def turns_pending(self) -> bool:
+        """Would turns_due say yes now (without taking the turn)?"""
+        return bool(self.keys) and time.monotonic() >= self._turns_at
 
     def turns_due(self) -> bool:
         """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""

@@ -356,3 +356,53 @@ def test_bulk_starts_still_hold_a_budget_to_its_rate():
     assert len(first) == 2
     assert len(rest) == 18
     assert sum(LimitStart.objects.values_list("starts", flat=True)) == 20
+
+
+def claim_with(cache, limit=50):
+    return db.claim(worker_id="w-limits", queues=None, limit=limit, lease_seconds=60, limits=cache)
+
+
+def test_after_a_roomy_claim_the_next_claims_first_and_counts_after(monkeypatch):
+    from jobs.db.limited import LimitedClaim
+
+    due(10, queue_name="api", limit_key="tenant-1")
+    cache = LimitsCache()
+    limits = {
+        "queue:api": {"concurrency": 100, "rate": [1000, 60]},
+        "key:tenant-*": {"concurrency": 50},
+    }
+    with with_limits(limits):
+        assert len(claim_with(cache, limit=3)) == 3
+        assert cache.current().claims_roomy
+        monkeypatch.setattr(LimitedClaim, "pick", None)  # the careful claim is not asked
+        second = claim_with(cache, limit=4)
+        assert len(second) == 4
+        assert cache.current().claims_roomy
+    assert all(c.rate_slack == 30.0 for c in second)
+    # Counted after claiming, the starts are recorded all the same: 7 in all.
+    assert sum(LimitStart.objects.values_list("starts", flat=True)) == 7
+
+
+def test_a_claim_counted_after_that_passes_half_a_budget_is_undone_and_decided_by_counting():
+    due(10, queue_name="api")
+    cache = LimitsCache()
+    with with_limits({"queue:api": {"concurrency": 8}}):
+        assert len(claim_with(cache, limit=2)) == 2
+        assert cache.current().claims_roomy
+        # Claimed first, the next 8 would make 10 running of 8: undone, then counted first.
+        second = claim_with(cache, limit=8)
+        assert len(second) == 6
+        assert not cache.current().claims_roomy
+    assert running(queue_name="api") == 8
+    assert Job.objects.filter(queue_name="api", state=JobState.PENDING, attempt=0).count() == 2
+
+
+def test_turns_between_keys_are_never_skipped_by_a_claim_counted_after():
+    due(6, limit_key="big", priority=0)
+    due(1, limit_key="small", priority=0)
+    cache = LimitsCache()
+    with with_limits({"key:*": {"concurrency": 100}}):
+        cache.current().claims_roomy = True
+        first = claim_with(cache, limit=2)
+    # The turns were due (the first claim of this worker): one job of each key.
+    assert sorted(c.limit_key for c in first) == ["big", "small"]
