@@ -33,6 +33,10 @@ RATE_SLACK_MAX = 1.0
 # windows, which only a budget this far from its limit can afford.
 RATE_ROOMY_SHARE = 0.5
 RATE_ROOMY_SLACK_MAX = 30.0
+# While it holds at most this share, a claim records its jobs' starts in that budget as one row
+# (jobs.db.limited): such starts are neither given back when a job is handed back unstarted nor
+# counted from its finish, which only a budget this far from its limit can afford.
+RATE_BULK_SHARE = 0.1
 # A job whose slack is at least this may wait behind an executor's short jobs (jobs.pool's
 # prefetch, a few ms of work) like a job under no limit; one with less is taken only for an
 # executor free to begin it at once.
@@ -95,6 +99,10 @@ class Limits:
         self._turns_at = 0.0
         # When (time.monotonic()) a rate budget the last claim found full has room again.
         self.rate_room_at = float("inf")
+        # Did the last claim leave every budget it drew on at most half full (jobs.db.limited:
+        # the next claim may then claim first and count after)?
+        self.claims_roomy = False
+        self.count_first_until = 0.0
 
     @cached_property
     def limits_claims(self) -> bool:
@@ -162,6 +170,10 @@ class Limits:
         # At least a little later: a clock apart from the database's never makes a busy loop.
         at = time.monotonic() + max(ROOM_WAKE_MIN, left)
         self.rate_room_at = min(self.rate_room_at, at)
+
+    def turns_pending(self) -> bool:
+        """Would turns_due say yes now (without taking the turn)?"""
+        return bool(self.keys) and time.monotonic() >= self._turns_at
 
     def turns_due(self) -> bool:
         """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""

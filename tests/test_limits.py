@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs import db
 from jobs.limit_spec import LimitError
+from jobs.limit_usage import usage
 from jobs.limits import LimitsCache, clear_limit, in_force, set_limit
 from jobs.models import AuditEntry, Job, LimitStart
 from jobs.outcome import Outcome
@@ -323,3 +324,85 @@ def test_a_claim_finding_a_rate_budget_full_says_when_it_has_room_again():
     # The first start had a whole window's slack (30 s), the second a quarter (capped at 1 s):
     # the second's latest moment leaves the window first, 31 s after its claim.
     assert before + 29 < cache.room_at() < time.monotonic() + 31.5
+
+
+def test_a_budget_far_from_its_rate_records_a_claims_starts_in_one_row():
+    due(30, queue_name="api")
+    with with_limits({"queue:api": {"rate": [1000, 60]}}):
+        assert len(claim()) == 30
+        rows = list(LimitStart.objects.values_list("bucket", "job_id", "starts"))
+        assert rows == [("queue:api", None, 30)]
+        # The row counts as its 30 starts.
+        (api,) = usage()
+        assert api.started == 30
+
+
+def test_near_its_rate_a_budget_records_each_start_with_its_job():
+    due(5, queue_name="api")
+    with with_limits({"queue:api": {"rate": [10, 60]}}):
+        claimed = claim()
+    # The first start fits in a tenth of the limit: a row of its own kind; the rest, a row each.
+    rows = sorted(LimitStart.objects.values_list("job_id", "starts"), key=lambda r: r[0] is None)
+    assert [starts for _, starts in rows] == [1, 1, 1, 1, 1]
+    assert sum(job_id is None for job_id, _ in rows) == 1
+    assert {job_id for job_id, _ in rows if job_id} < {c.id for c in claimed}
+
+
+def test_bulk_starts_still_hold_a_budget_to_its_rate():
+    due(40, queue_name="api")
+    with with_limits({"queue:api": {"rate": [20, 60]}}):
+        first = claim(limit=2)
+        rest = claim()
+    assert len(first) == 2
+    assert len(rest) == 18
+    assert sum(LimitStart.objects.values_list("starts", flat=True)) == 20
+
+
+def claim_with(cache, limit=50):
+    return db.claim(worker_id="w-limits", queues=None, limit=limit, lease_seconds=60, limits=cache)
+
+
+def test_after_a_roomy_claim_the_next_claims_first_and_counts_after(monkeypatch):
+    from jobs.db.limited import LimitedClaim
+
+    due(10, queue_name="api", limit_key="tenant-1")
+    cache = LimitsCache()
+    limits = {
+        "queue:api": {"concurrency": 100, "rate": [1000, 60]},
+        "key:tenant-*": {"concurrency": 50},
+    }
+    with with_limits(limits):
+        assert len(claim_with(cache, limit=3)) == 3
+        assert cache.current().claims_roomy
+        monkeypatch.setattr(LimitedClaim, "pick", None)  # the careful claim is not asked
+        second = claim_with(cache, limit=4)
+        assert len(second) == 4
+        assert cache.current().claims_roomy
+    assert all(c.rate_slack == 30.0 for c in second)
+    # Counted after claiming, the starts are recorded all the same: 7 in all.
+    assert sum(LimitStart.objects.values_list("starts", flat=True)) == 7
+
+
+def test_a_claim_counted_after_that_passes_half_a_budget_is_undone_and_decided_by_counting():
+    due(10, queue_name="api")
+    cache = LimitsCache()
+    with with_limits({"queue:api": {"concurrency": 8}}):
+        assert len(claim_with(cache, limit=2)) == 2
+        assert cache.current().claims_roomy
+        # Claimed first, the next 8 would make 10 running of 8: undone, then counted first.
+        second = claim_with(cache, limit=8)
+        assert len(second) == 6
+        assert not cache.current().claims_roomy
+    assert running(queue_name="api") == 8
+    assert Job.objects.filter(queue_name="api", state=JobState.PENDING, attempt=0).count() == 2
+
+
+def test_turns_between_keys_are_never_skipped_by_a_claim_counted_after():
+    due(6, limit_key="big", priority=0)
+    due(1, limit_key="small", priority=0)
+    cache = LimitsCache()
+    with with_limits({"key:*": {"concurrency": 100}}):
+        cache.current().claims_roomy = True
+        first = claim_with(cache, limit=2)
+    # The turns were due (the first claim of this worker): one job of each key.
+    assert sorted(c.limit_key for c in first) == ["big", "small"]

@@ -1,5 +1,6 @@
 """Workers and enqueues through a real PgBouncer in transaction mode (a pool of 2 sessions)."""
 
+import json
 import subprocess
 import sys
 
@@ -83,6 +84,50 @@ def test_two_workers_through_the_pooler_run_every_job_once_and_poll(
         JobState.SUCCEEDED
     }
     assert sorted(key for key, _, _ in ledger()) == sorted(f"job-{n}" for n in range(40))
+
+
+def test_two_workers_under_limits_through_the_pooler_run_every_job_once_within_them(
+    through_pgbouncer, subprocess_env, ledger
+):
+    # Far from the limits, claims count after claiming (a savepoint in the finish's
+    # transaction); the key's concurrency of 1 makes the others count first.
+    ids = [
+        tasks.record.using(limit_key=f"tenant-{n % 4}").enqueue(f"job-{n}").id for n in range(60)
+    ]
+    ids += [tasks.record.using(limit_key="narrow").enqueue(f"narrow-{n}").id for n in range(6)]
+    limits = {
+        "queue:default": {"concurrency": 1000, "rate": [100000, 1]},
+        "key:narrow": {"concurrency": 1},
+        "key:tenant-*": {"concurrency": 1000},
+    }
+    env = {
+        **subprocess_env,
+        "DATABASE_URL": through_pgbouncer,
+        "JOBSITE_LIMITS": json.dumps(limits),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "worker", "--burst", "--concurrency", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    assert set(Job.objects.filter(id__in=ids).values_list("state", flat=True)) == {
+        JobState.SUCCEEDED
+    }
+    assert sorted(key for key, _, _ in ledger()) == sorted(
+        [f"job-{n}" for n in range(60)] + [f"narrow-{n}" for n in range(6)]
+    )
+    narrow = Job.objects.filter(limit_key="narrow").order_by("started_at")
+    spans = list(narrow.values_list("started_at", "finished_at"))
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
 
 
 def test_an_enqueue_through_the_pooler_prepares_nothing(through_pgbouncer, subprocess_env):

@@ -183,6 +183,7 @@ class Engine(RunAfter):
             enqueued_at=parse_time(r[11]),
             backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
             snoozes=r[13],
+            limit_key=r[14],
         )
 
     def claimed_batch(self, rows, lease_id) -> list[Claimed]:

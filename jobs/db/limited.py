@@ -31,6 +31,11 @@ behind others, taken like unlimited ones) and a short one near it (so starts lea
 soon). A job whose slack is too short to wait behind others is taken only for an executor free
 to begin it (`can_begin`).
 
+While a budget's window holds at most a tenth of its limit, a claim records the starts its jobs
+make there as one row (`starts` of them, at the latest of their moments, no job id): these are
+neither given back nor brought forward, so they count at most a window and a slack, which still
+never counts a start too few.
+
 Turns between limit keys: while a `key:` limit is in force, the first round also reads the
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
 KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
@@ -44,6 +49,7 @@ read, so a held backlog never hides jobs under other budgets (no head-of-line bl
 """
 
 import json
+import time
 import uuid
 import zlib
 from collections import defaultdict
@@ -51,26 +57,32 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from ..limits import RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
+from ..limits import RATE_BULK_SHARE, RATE_ROOMY_SHARE, RATE_SLACK_TO_WAIT, rate_slack
 from ..states import CLAIMABLE, JobState
 from .sql import JOB, PAUSED, STARTS, parse_uuid, sql_in, sql_state
 
 # Namespace of jobsite's advisory locks (the first key of the two-key form).
 LOCK_SPACE = 0x6A0B
+# After a claim that counted after claiming had to be undone, claims count first this long.
+COUNT_FIRST_AFTER_UNDO = 1.0
 # Rounds one claim makes at most (each excludes the budgets the previous one found full).
 MAX_ROUNDS = 8
 # Turns between keys: how many keys one claim looks at, and how many due jobs of each.
 KEYS_PER_CLAIM = 200
 HEADS_PER_KEY = 4
 DUE_COLUMNS = "id, queue_name, task_path, limit_key, priority, run_after"
-# PostgreSQL: a claim's starts (job id, budget id, slack) recorded in the claim's own statement,
-# for the jobs it did claim.
-RECORDED_IF_CLAIMED = f"""recorded AS (
-    INSERT INTO {STARTS} (job_id, bucket, started_at)
-    SELECT s.id, s.bucket, now() + s.slack * interval '1 second'
-    FROM unnest(%s::uuid[], %s::text[], %s::float8[]) AS s(id, bucket, slack)
-    WHERE s.id IN (SELECT id FROM claimed)
-)"""
+# PostgreSQL: a claim's starts (job id, budget id, slack, one row per budget?) as rows of
+# jobs_limitstart; {claimed}: only those of jobs the claim's own statement did claim.
+RECORD_STARTS = f"""
+    INSERT INTO {STARTS} (job_id, bucket, started_at, starts)
+    SELECT CASE WHEN s.bulk THEN NULL ELSE s.id END, s.bucket,
+           now() + max(s.slack) * interval '1 second', count(*)
+    FROM unnest(%s::uuid[], %s::text[], %s::float8[], %s::bool[]) AS s(id, bucket, slack, bulk)
+    {{claimed}} GROUP BY s.bucket, CASE WHEN s.bulk THEN NULL ELSE s.id END
+"""
+RECORDED_IF_CLAIMED = (
+    "recorded AS (" + RECORD_STARTS.format(claimed="WHERE s.id IN (SELECT id FROM claimed)") + ")"
+)
 
 
 def lock_key(bucket_id: str) -> int:
@@ -86,6 +98,8 @@ class Room:
         self.full: set = set()
         # Starts counted in each rate budget's window, this claim's included.
         self.started: dict[str, int] = {}
+        # Running jobs counted in each concurrency budget, this claim's included.
+        self.running: dict[str, int] = {}
 
     def fits(self, buckets) -> bool:
         return all(self.left.get(b.id, 0) >= 1 for b in buckets)
@@ -95,6 +109,11 @@ class Room:
         slack (jobs.limits.RATE_ROOMY_SHARE)?"""
         return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_ROOMY_SHARE for b in rated)
 
+    def far(self, rated) -> bool:
+        """So far from their limits that this job's starts may go in one row per budget with
+        the claim's other such jobs (jobs.limits.RATE_BULK_SHARE)?"""
+        return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_BULK_SHARE for b in rated)
+
     def take(self, buckets) -> None:
         for b in buckets:
             self.left[b.id] -= 1
@@ -102,6 +121,16 @@ class Room:
                 self.full.add(b)
             if b.id in self.started:
                 self.started[b.id] += 1
+            if b.id in self.running:
+                self.running[b.id] += 1
+
+    def half_full(self, b) -> bool:
+        """Is budget `b` (counted) past half its limit, this claim's jobs included?"""
+        spec, share = b.spec, RATE_ROOMY_SHARE
+        running = self.running.get(b.id, 0)
+        if spec.concurrency is not None and running > spec.concurrency * share:
+            return True
+        return spec.rate is not None and self.started.get(b.id, 0) > spec.rate[0] * share
 
 
 class LimitedClaim:
@@ -111,11 +140,13 @@ class LimitedClaim:
         self.limits = limits
         self.queues = queues
         self.room = Room()
-        self.held: set[str] = set()  # budget ids this claim has counted
+        self.held: dict[str, Any] = {}  # the budgets this claim has counted, by id
         # The oldest start counted in each rate budget's window (its latest moment).
         self.oldest_start: dict = {}
         # Jobs with a short rate slack this claim may still take (they must begin at once).
         self.can_begin = 0
+        # Jobs whose starts go in one row per budget (Room.far).
+        self.bulk: set = set()
 
     # --- SQL pieces ------------------------------------------------------------------------
 
@@ -220,7 +251,7 @@ class LimitedClaim:
                 by_window[b.spec.rate[1]].append(b.id)
         return [
             (
-                f"SELECT 'started', bucket, NULL, NULL, count(*), min(started_at) FROM {STARTS} "
+                f"SELECT 'started', bucket, NULL, NULL, sum(starts), min(started_at) FROM {STARTS} "
                 f"WHERE {self.engine.in_list('bucket')} "
                 f"AND started_at > {self.engine.after('%s')} GROUP BY bucket",
                 [self.engine.list_value(sorted(ids)), -seconds],
@@ -283,6 +314,8 @@ class LimitedClaim:
                 self.room.started[b.id] = starts[b.id]
                 if starts[b.id] >= b.spec.rate[0]:
                     self.limits.rate_room_after(self.oldest_start[b.id], b.spec.rate[1])
+            if b.spec.concurrency is not None:
+                self.room.running[b.id] = running[b.id]
             self.room.left[b.id] = left
             if left < 1:
                 self.room.full.add(b)
@@ -320,6 +353,8 @@ class LimitedClaim:
                         continue  # left for a claim with an executor free to begin it
                     self.can_begin -= at_once
                     slacks[row[0]] = float(slack)
+                    if roomy and self.room.far(rated):
+                        self.bulk.add(row[0])
                 self.room.take(bs)
                 taken.append(row[0])
                 drawn[row[0]] = bs
@@ -329,26 +364,63 @@ class LimitedClaim:
                 break  # nothing more is due, or the next read would return the same jobs
         return taken, drawn, slacks
 
-    @staticmethod
-    def starts_of(claimed_ids, drawn, slacks) -> list[tuple]:
-        """(job id, budget id, slack) of each start the claimed jobs make in a rate budget."""
+    def keeps(self, batch, drawn) -> bool:
+        """After claiming first (claim_then_count): is every budget still at most half full,
+        and may each job wait behind others? If so, record the starts and say yes."""
+        slacks: dict = {}
+        for c in batch:
+            rated = [b for b in drawn[c.id] if b.spec.rate is not None]
+            for b in rated:
+                self.room.started[b.id] += 1
+            if rated:
+                slack = min(rate_slack(b.spec.rate[1], roomy=True) for b in rated)
+                if slack < RATE_SLACK_TO_WAIT:
+                    return False  # must begin at once: the careful claim knows who can
+                slacks[c.id] = slack
+        if self.room.full or any(self.room.half_full(b) for b in self.held.values()):
+            return False
+        self.bulk = {
+            job_id
+            for job_id in slacks
+            if all(
+                self.room.started[b.id] <= b.spec.rate[0] * RATE_BULK_SHARE
+                for b in drawn[job_id]
+                if b.spec.rate is not None
+            )
+        }
+        starts = self.starts_of(list(slacks), drawn, slacks)
+        self.record_starts([(self.engine.uuid_value(job_id), *s) for job_id, *s in starts])
+        self.engine.recorded_starts |= bool(starts)
+        for c in batch:
+            c.rate_slack = float(slacks.get(c.id, 0.0))
+        return True
+
+    def starts_of(self, claimed_ids, drawn, slacks) -> list[tuple]:
+        """(job id, budget id, slack, in one row per budget?) of each start the claimed jobs
+        make in a rate budget."""
         return [
-            (job_id, b.id, slacks[job_id])
+            (job_id, b.id, slacks[job_id], job_id in self.bulk)
             for job_id in claimed_ids
             for b in drawn.get(job_id, ())
             if b.spec.rate is not None
         ]
 
     def record_starts(self, starts) -> None:
-        """Record starts (starts_of) at their latest moment: claim time + slack. One
-        statement, the starts as one JSON parameter (SQLite)."""
+        """Record starts (starts_of) at their latest moment, claim time + slack: a row per job
+        and budget, or one per budget for the bulk ones (as RECORDED_IF_CLAIMED). One
+        statement (the starts as one JSON parameter on SQLite)."""
         if not starts:
             return
+        if self.engine.locks_rows:
+            columns = [list(column) for column in zip(*starts, strict=True)]
+            self.cursor.execute(RECORD_STARTS.format(claimed=""), columns)
+            return
         field = "json_extract(s.value, '$[{}]')".format
+        job = f"CASE WHEN {field(3)} THEN NULL ELSE {field(0)} END"
         self.cursor.execute(
-            f"INSERT INTO {STARTS} (job_id, bucket, started_at) "
-            f"SELECT {field(0)}, {field(1)}, {self.engine.after(field(2))} "
-            "FROM json_each(%s) AS s",
+            f"INSERT INTO {STARTS} (job_id, bucket, started_at, starts) "
+            f"SELECT {job}, {field(1)}, {self.engine.after(f'max({field(2)})')}, count(*) "
+            f"FROM json_each(%s) AS s GROUP BY {field(1)}, {job}",
             [json.dumps(starts)],
         )
 
@@ -384,12 +456,28 @@ def claimed_by_id(engine) -> str:
 
 def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, can_begin=None):
     """Claim up to `limit` due jobs whose budgets all have room, in claim order."""
+    limits.rate_room_at = float("inf")
+    if (
+        limits.claims_roomy
+        and not limits.turns_pending()
+        and time.monotonic() >= limits.count_first_until
+    ):
+        batch = claim_then_count(
+            engine,
+            worker_id=worker_id,
+            queues=queues,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            limits=limits,
+        )
+        if batch is not None:
+            return batch
+    limits.claims_roomy = False
     lease_id = uuid.uuid4()
     queues = list(dict.fromkeys(queues)) if queues else []
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         engine.local_settings(cursor)
         claim = LimitedClaim(engine, cursor, limits, queues)
-        limits.rate_room_at = float("inf")
         claim.can_begin = limit if can_begin is None else can_begin
         ids, drawn, slacks = claim.pick(limit)
         if not ids:
@@ -401,12 +489,16 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         params = [engine.uuid_value(lease_id), lease_seconds, worker_id, engine.list_value(ids)]
         starts = claim.starts_of(ids, drawn, slacks)
         engine.recorded_starts |= bool(starts)
+        # Left with every budget at most half full, the next claim may count after it claims.
+        limits.claims_roomy = not claim.room.full and not any(
+            claim.room.half_full(b) for b in claim.held.values() if b.id in claim.room.left
+        )
         if starts and connection.vendor == "postgresql":
             # One statement: the claim, and the starts of the jobs it did claim.
-            job_ids, buckets, slack_of = (list(column) for column in zip(*starts, strict=True))
+            columns = [list(column) for column in zip(*starts, strict=True)]
             cursor.execute(
                 f"WITH claimed AS ({update}), {RECORDED_IF_CLAIMED} SELECT * FROM claimed",
-                [*params, job_ids, buckets, slack_of],
+                [*params, *columns],
             )
             rows = cursor.fetchall()
         else:
@@ -421,3 +513,29 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         for c in batch:
             c.rate_slack = slack.get(c.id, 0.0)
     return batch
+
+
+def claim_then_count(engine, *, limits, **claim_args) -> list | None:
+    """While the last claim left every budget it drew on at most half full: claim as if under
+    no limit (one statement), then hold and count the budgets the claimed jobs draw on, their
+    jobs included. If each is still at most half full, keep the claim and record its starts;
+    else undo it and return None (the careful claim decides, and claims count first until one
+    finds room again). As exact as counting first: the count is made holding the budgets'
+    locks, in key order, so it sees every claim that held them before. Turns between keys are
+    left to the careful claim (it runs whenever they are due)."""
+    # Inside a finish's transaction, a savepoint to undo to; else a transaction of its own.
+    with transaction.atomic(savepoint=connection.in_atomic_block):
+        batch = engine.claim(**claim_args)
+        if not batch:
+            return batch
+        with connection.cursor() as cursor:
+            engine.local_settings(cursor)
+            check = LimitedClaim(engine, cursor, limits, [])
+            drawn = {c.id: limits.buckets(c.queue_name, c.task_path, c.limit_key) for c in batch}
+            check.open({b.id: b for bs in drawn.values() for b in bs}, wait=True)
+            if check.keeps(batch, drawn):
+                return batch
+        transaction.set_rollback(True)  # back to the savepoint: nothing was claimed
+    limits.claims_roomy = False
+    limits.count_first_until = time.monotonic() + COUNT_FIRST_AFTER_UNDO
+    return None

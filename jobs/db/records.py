@@ -31,6 +31,7 @@ class Claimed:
     backoff: dict | None = None
     # Attempts given back by Snooze (attempt rows are numbered attempt + snoozes).
     snoozes: int = 0
+    limit_key: str | None = None
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.

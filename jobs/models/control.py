@@ -70,17 +70,21 @@ class LimitOverride(models.Model):
 
 
 class LimitStart(models.Model):
-    """One attempt claimed under a rate limit: its bucket (the limit's name, and the key for
-    a `key:` limit) and `started_at`, the latest moment it may begin (its claim plus the slack
-    it was given, jobs.db.limited): a start counts while that moment is inside the window.
-    `job_id` is the claimed job: handed back unstarted, it gives its starts back (the finish
-    deletes them). Rows older than every window are pruned by maintenance."""
+    """Attempts claimed under a rate limit: their bucket (the limit's name, and the key for
+    a `key:` limit) and `started_at`, the latest moment they may begin (their claim plus the
+    slack they were given, jobs.db.limited): `starts` count while that moment is inside the
+    window. A row with a `job_id` is that claimed job's one start: handed back unstarted, it
+    gives it back (the finish deletes the row). A row without is `starts` jobs of one claim, taken
+    while the budget was far from its limit. Rows older than every window are pruned by
+    maintenance."""
 
     id = models.BigAutoField(primary_key=True)
     bucket = models.CharField(max_length=600)
     started_at = models.DateTimeField()
     # No foreign key: a start outlives its job's deletion until pruned.
     job_id = models.UUIDField(null=True, blank=True)
+    # A database default as well: a worker of the previous release inserts rows without it.
+    starts = models.PositiveIntegerField(default=1, db_default=1)
 
     class Meta:
         indexes = [
