@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from jobs.executor_loop import TAKEN, ExecutorLoop, new_status, started_jobs
+from jobs.executor_loop import RELEASE_UP_TO, TAKEN, ExecutorLoop, new_status, started_jobs
 from jobs.outcome import RanKind
 from jobs.pool.wire import _dumps, _job_codec, _ran_codec
 from tests.factories import make_claimed
@@ -106,3 +106,20 @@ def test_a_stop_hands_back_the_waiting_coroutines_unstarted(executor, tmp_path):
     assert 1 not in read() and 2 not in read()  # the started ones run on to their end
     wait_for(lambda: {1, 2} <= set(read()), timeout=10, what="the started ones to end")
     assert "start:waiting" not in ledger(tmp_path)
+
+
+def test_a_waiting_coroutine_the_worker_took_back_is_answered_released_and_never_runs(
+    executor, tmp_path
+):
+    send, _, read, status, _ = executor
+    send(1, "first", 0.5)
+    send(2, "second", 0.5)
+    send(3, "taken-back", 0)
+    wait_for(lambda: len(started_jobs(status)) == 2, timeout=10, what="two coroutines started")
+    # What the worker's take-back writes (Executor.take_back_waiting): every job after the last
+    # one the child started is the worker's again.
+    assert status[TAKEN] == 2.0
+    status[RELEASE_UP_TO] = 3.0
+    wait_for(lambda: {1, 2, 3} <= set(read()), timeout=10, what="all three answered")
+    assert [read()[seq].kind for seq in (1, 2, 3)] == [RanKind.OK, RanKind.OK, RanKind.RELEASED]
+    assert "start:taken-back" not in ledger(tmp_path)
