@@ -37,12 +37,14 @@ class WorkerLog:
             return
         if self.unlogged_claims == 1 and claimed:
             c = claimed[0]
+            given_back = c.attempts_given_back
             logger.info(
-                "claimed %s (job %s, attempt %d/%d)",
+                "claimed %s (job %s, attempt %d/%d%s)",
                 for_log(c.task_path),
                 c.id,
                 c.attempt,
-                c.max_attempts,
+                c.max_attempts - given_back,
+                f", {given_back} given back at shutdown" if given_back else "",
             )
         else:
             logger.info("claimed %d jobs", self.unlogged_claims)

@@ -184,6 +184,7 @@ class Engine(RunAfter):
             backoff=json.loads(r[12]) if isinstance(r[12], str | bytes) else r[12],
             snoozes=r[13],
             limit_key=r[14],
+            attempts_given_back=r[15],
         )
 
     def claimed_batch(self, rows, lease_id) -> list[Claimed]:

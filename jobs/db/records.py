@@ -32,6 +32,8 @@ class Claimed:
     # Attempts given back by Snooze (attempt rows are numbered attempt + snoozes).
     snoozes: int = 0
     limit_key: str | None = None
+    # Attempts given back at worker shutdowns: max_attempts was raised by as many.
+    attempts_given_back: int = 0
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.

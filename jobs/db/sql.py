@@ -49,7 +49,7 @@ FINISH_COUNTERS = (
 
 CLAIMED_COLUMNS = (
     "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
-    "backend, started_at, enqueued_at, {backoff}, snoozes, limit_key"
+    "backend, started_at, enqueued_at, {backoff}, snoozes, limit_key, attempts_given_back"
 )
 
 

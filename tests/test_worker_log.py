@@ -1,0 +1,21 @@
+"""The worker's log lines (jobs.worker_log)."""
+
+import logging
+
+from jobs.worker_log import WorkerLog
+from tests.factories import make_claimed
+
+
+def test_a_claim_line_counts_attempts_against_the_jobs_own_maximum(caplog):
+    claimed = make_claimed(attempt=2, max_attempts=4)
+    claimed.attempts_given_back = 1  # one attempt given back at a shutdown raised the maximum
+    with caplog.at_level(logging.INFO, logger="jobs.worker"):
+        WorkerLog("text").claims([claimed])
+    assert f"(job {claimed.id}, attempt 2/3, 1 given back at shutdown)" in caplog.text
+
+
+def test_a_claim_line_without_attempts_given_back_says_only_the_attempt(caplog):
+    claimed = make_claimed(attempt=1, max_attempts=3)
+    with caplog.at_level(logging.INFO, logger="jobs.worker"):
+        WorkerLog("text").claims([claimed])
+    assert f"(job {claimed.id}, attempt 1/3)" in caplog.text
