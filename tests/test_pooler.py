@@ -55,16 +55,8 @@ def worker(env, *args, timeout=120):
     )
 
 
-def test_the_engine_finds_sessions_shared_through_pgbouncer_and_not_directly(through_pgbouncer):
-    assert pooler.sessions_are_shared(through_pgbouncer)
-    assert not pooler.sessions_are_shared(direct_url())
-
-
-def test_two_workers_through_the_pooler_run_every_job_once_and_poll(
-    through_pgbouncer, subprocess_env, ledger
-):
-    ids = [tasks.record.enqueue(f"job-{n}").id for n in range(40)]
-    env = {**subprocess_env, "DATABASE_URL": through_pgbouncer}
+def two_burst_workers(env) -> list[str]:
+    """Run two burst workers side by side until they exit; each one's stderr."""
     procs = [
         subprocess.Popen(
             [sys.executable, "manage.py", "worker", "--burst", "--concurrency", "2"],
@@ -79,6 +71,20 @@ def test_two_workers_through_the_pooler_run_every_job_once_and_poll(
     outputs = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err[-3000:]
+    return [err for _, err in outputs]
+
+
+def test_the_engine_finds_sessions_shared_through_pgbouncer_and_not_directly(through_pgbouncer):
+    assert pooler.sessions_are_shared(through_pgbouncer)
+    assert not pooler.sessions_are_shared(direct_url())
+
+
+def test_two_workers_through_the_pooler_run_every_job_once_and_poll(
+    through_pgbouncer, subprocess_env, ledger
+):
+    ids = [tasks.record.enqueue(f"job-{n}").id for n in range(40)]
+    env = {**subprocess_env, "DATABASE_URL": through_pgbouncer}
+    for err in two_burst_workers(env):
         assert "transaction-mode pooler: polling for new jobs" in err
     assert set(Job.objects.filter(id__in=ids).values_list("state", flat=True)) == {
         JobState.SUCCEEDED
@@ -105,20 +111,7 @@ def test_two_workers_under_limits_through_the_pooler_run_every_job_once_within_t
         "DATABASE_URL": through_pgbouncer,
         "JOBSITE_LIMITS": json.dumps(limits),
     }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "manage.py", "worker", "--burst", "--concurrency", "2"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outputs = [p.communicate(timeout=120) for p in procs]
-    for p, (_, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err[-3000:]
+    two_burst_workers(env)
     assert set(Job.objects.filter(id__in=ids).values_list("state", flat=True)) == {
         JobState.SUCCEEDED
     }
