@@ -109,10 +109,10 @@ class Room:
         slack (jobs.limits.RATE_ROOMY_SHARE)?"""
         return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_ROOMY_SHARE for b in rated)
 
-    def far(self, rated) -> bool:
-        """So far from their limits that this job's starts may go in one row per budget with
-        the claim's other such jobs (jobs.limits.RATE_BULK_SHARE)?"""
-        return all(self.started[b.id] + 1 <= b.spec.rate[0] * RATE_BULK_SHARE for b in rated)
+    def far(self, rated, *, coming=1) -> bool:
+        """So far from their limits, with `coming` more starts, that a job's starts may go in
+        one row per budget with the claim's other such jobs (jobs.limits.RATE_BULK_SHARE)?"""
+        return all(self.started[b.id] + coming <= b.spec.rate[0] * RATE_BULK_SHARE for b in rated)
 
     def take(self, buckets) -> None:
         for b in buckets:
@@ -368,8 +368,9 @@ class LimitedClaim:
         """After claiming first (claim_then_count): is every budget still at most half full,
         and may each job wait behind others? If so, record the starts and say yes."""
         slacks: dict = {}
+        rated_of: dict = {}  # each job's rate budgets
         for c in batch:
-            rated = [b for b in drawn[c.id] if b.spec.rate is not None]
+            rated = rated_of[c.id] = [b for b in drawn[c.id] if b.spec.rate is not None]
             for b in rated:
                 self.room.started[b.id] += 1
             if rated:
@@ -379,15 +380,8 @@ class LimitedClaim:
                 slacks[c.id] = slack
         if self.room.full or any(self.room.half_full(b) for b in self.held.values()):
             return False
-        self.bulk = {
-            job_id
-            for job_id in slacks
-            if all(
-                self.room.started[b.id] <= b.spec.rate[0] * RATE_BULK_SHARE
-                for b in drawn[job_id]
-                if b.spec.rate is not None
-            )
-        }
+        # Every start of the batch is counted already: none more to come.
+        self.bulk = {job_id for job_id in slacks if self.room.far(rated_of[job_id], coming=0)}
         starts = self.starts_of(list(slacks), drawn, slacks)
         self.record_starts([(self.engine.uuid_value(job_id), *s) for job_id, *s in starts])
         self.engine.recorded_starts |= bool(starts)
@@ -491,7 +485,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         engine.recorded_starts |= bool(starts)
         # Left with every budget at most half full, the next claim may count after it claims.
         limits.claims_roomy = not claim.room.full and not any(
-            claim.room.half_full(b) for b in claim.held.values() if b.id in claim.room.left
+            claim.room.half_full(b) for b in claim.held.values()
         )
         if starts and connection.vendor == "postgresql":
             # One statement: the claim, and the starts of the jobs it did claim.
@@ -528,8 +522,8 @@ def claim_then_count(engine, *, limits, **claim_args) -> list | None:
         batch = engine.claim(**claim_args)
         if not batch:
             return batch
+        # The claim set the worker's transaction-local settings already.
         with connection.cursor() as cursor:
-            engine.local_settings(cursor)
             check = LimitedClaim(engine, cursor, limits, [])
             drawn = {c.id: limits.buckets(c.queue_name, c.task_path, c.limit_key) for c in batch}
             check.open({b.id: b for bs in drawn.values() for b in bs}, wait=True)
