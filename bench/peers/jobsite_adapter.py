@@ -38,12 +38,10 @@ class Spec:
         }
 
     def worker_cmds(self, config, concurrency, burst):
-        cmd = [self.python, "manage.py", "worker", "--concurrency", str(concurrency)]
         executors = self.configs[config].get("executors")
-        if executors:
-            per_executor = max(1, concurrency // executors)
-            cmd[-1] = str(executors)
-            cmd += ["--async-concurrency", str(per_executor)]
+        cmd = [self.python, "manage.py", "worker", "--concurrency", str(executors or concurrency)]
+        if executors:  # concurrency = coroutines in flight, spread over the executors
+            cmd += ["--async-concurrency", str(max(1, concurrency // executors))]
         return [cmd + (["--burst"] if burst else [])]
 
 

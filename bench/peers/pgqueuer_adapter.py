@@ -37,24 +37,15 @@ class Spec:
         return {"BENCH_DB_URL": self.db_url}
 
     def worker_cmds(self, config, concurrency, burst):
-        if "in_flight" in self.configs[config]:
-            batch = min(self.configs[config]["batch_size"], max(1, concurrency // 2))
-            cap = concurrency if self.configs[config]["in_flight"] else 0
-            return [
-                [self.python, "-m", self.module, "worker", "--batch-size", str(batch)]
-                + ["--burst", "1" if burst else "0", "--max-concurrent-tasks", str(cap)]
-            ]
-        cmd = [
-            self.python,
-            "-m",
-            self.module,
-            "worker",
-            "--batch-size",
-            str(self.configs[config]["batch_size"]),
-            "--burst",
-            "1" if burst else "0",
-        ]
-        return [list(cmd) for _ in range(concurrency)]
+        settings = self.configs[config]
+        batch, processes, extra = settings["batch_size"], concurrency, []
+        if "in_flight" in settings:  # one process; concurrency = coroutines in flight
+            batch, processes = min(batch, max(1, concurrency // 2)), 1
+            cap = concurrency if settings["in_flight"] else 0
+            extra = ["--max-concurrent-tasks", str(cap)]
+        cmd = [self.python, "-m", self.module, "worker", "--batch-size", str(batch)]
+        cmd += ["--burst", "1" if burst else "0", *extra]
+        return [list(cmd) for _ in range(processes)]
 
 
 def _run(coro):
