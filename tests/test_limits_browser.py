@@ -31,8 +31,18 @@ def test_operator_sees_what_holds_a_job_and_raises_the_limit(open_console, scree
     )
     page.screenshot(path=screenshots / "job-held-by-limit.png", full_page=True)
 
-    page.goto(f"{base_of(page)}/limits/")
+    page.get_by_role("navigation", name="Console").get_by_role("link", name="Limits").click()
+    expect(page.get_by_role("link", name="Limits")).to_have_attribute("aria-current", "page")
     row = page.locator('tr[data-limit="key:tenant-*"]')
+    # The number fields look like the name field above them, not like bare browser inputs.
+    name_style = page.get_by_role("combobox", name="Limit").evaluate(
+        "e => [getComputedStyle(e).borderRadius, getComputedStyle(e).paddingLeft]"
+    )
+    for label in ("Concurrency", "Rate: starts", "per seconds"):
+        style = page.get_by_label(label).evaluate(
+            "e => [getComputedStyle(e).borderRadius, getComputedStyle(e).paddingLeft]"
+        )
+        assert style == name_style, (label, style, name_style)
     expect(row.locator(".limit-concurrency")).to_have_text("2 / 2 per key")
     expect(row.locator(".limit-waiting")).to_have_text("1")
     page.get_by_role("combobox", name="Limit").fill("key:tenant-*")
