@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/throughput.py                 # SQLite and PostgreSQL, 10,000 jobs
     .venv/bin/python bench/throughput.py --db postgres --jobs 20000 --concurrency 2
+    .venv/bin/python bench/throughput.py --db postgres --arg-bytes 1000   # jobs with arguments
 
 Each database gets a fresh scratch database (PostgreSQL: jobsite_bench on 127.0.0.1, SQLite: a
 temporary file). Every run checks that each job ran exactly once and none is left running.
@@ -116,16 +117,19 @@ def check_exactly_once(n):
         )
 
 
-def bench_enqueue(n):
-    from jobsite.tasks import noop
+def bench_enqueue(n, arg_bytes=0):
+    """Enqueue rates of no-op jobs; with `arg_bytes`, of jobs given a string argument of that
+    size (which they return: `add(text, "")`)."""
+    from jobsite.tasks import add, noop
 
+    task, args = (add, ("x" * arg_bytes, "")) if arg_bytes else (noop, ())
     start = time.perf_counter()
     for _ in range(n):
-        noop.enqueue()
+        task.enqueue(*args)
     single = n / (time.perf_counter() - start)
     reset()
     start = time.perf_counter()
-    noop.enqueue_many([((), {})] * n)
+    task.enqueue_many([(args, {})] * n)
     bulk = n / (time.perf_counter() - start)
     return single, bulk
 
@@ -165,6 +169,9 @@ def main():
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--latency-jobs", type=int, default=300)
+    parser.add_argument(
+        "--arg-bytes", type=int, default=0, help="a string argument of this size per job"
+    )
     args = parser.parse_args()
     kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
     if len(kinds) > 1:
@@ -182,6 +189,8 @@ def main():
                     str(args.concurrency),
                     "--latency-jobs",
                     str(args.latency_jobs),
+                    "--arg-bytes",
+                    str(args.arg_bytes),
                 ],
                 check=True,
             )
@@ -189,8 +198,9 @@ def main():
     kind = kinds[0]
     url = scratch_database(kind)
     setup_django(url)
-    log(f"== {kind}: {args.jobs} no-op jobs, concurrency {args.concurrency}")
-    single, bulk = bench_enqueue(args.jobs)
+    what = f"jobs with a {args.arg_bytes}-byte argument" if args.arg_bytes else "no-op jobs"
+    log(f"== {kind}: {args.jobs} {what}, concurrency {args.concurrency}")
+    single, bulk = bench_enqueue(args.jobs, args.arg_bytes)
     log(f"[1/3] enqueue: {single:,.0f}/s one at a time, {bulk:,.0f}/s with enqueue_many")
     rate = drain(url, args.jobs, args.concurrency)
     log(f"[2/3] drain:   {rate:,.0f} jobs/s (1 worker, concurrency {args.concurrency})")

@@ -13,9 +13,10 @@ Python functions registered on each connection; on PostgreSQL they are SQL funct
 PostgreSQL is a trigram (pg_trgm) GIN index on the plain JSON text, `lower(args::text || ' ' ||
 kwargs::text || ' ' || coalesce(dedup_key, ''))`: it narrows the rows to those whose JSON holds
 the text anywhere, and the functions then decide on those few. Indexing the JSON text rather
-than the functions' output keeps the cost of every insert and state change low (the functions
-are not run on the write path). A second trigram index covers `lower(error_type || newline ||
-error_message)` of failed jobs only.
+than the functions' output keeps the cost of every insert low (the functions are not run on
+the write path), and the text sits in a table of its own (`jobs_searchtext`), written once per
+job, so that claims and finishes, which rewrite the job row, never rewrite it. A second trigram
+index covers `lower(error_type || newline || error_message)` of failed jobs only.
 
 Those indexes find every match, and a list shows only the newest few: for a text that many jobs
 hold (an error message that thousands of dead letters share), fetching every match to keep the
@@ -31,7 +32,7 @@ import uuid
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import BooleanField, ExpressionWrapper, F, Func, Q, TextField
+from django.db.models import BooleanField, Expression, ExpressionWrapper, F, Func, Q, TextField
 
 from .db import search_sql
 
@@ -64,11 +65,13 @@ def id_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
     return None
 
 
-def matching(text: str, *, task_paths=()) -> Q:
+def matching(text: str, *, task_paths=(), by_row=False) -> Q:
     """The condition for jobs matching the search `text` (see the module's docstring).
 
     `task_paths` are the known task paths; those containing the text match by an index probe
-    each, which is cheaper than a pattern over every row's task path.
+    each, which is cheaper than a pattern over every row's task path. `by_row`: the same
+    condition for a read that tests the rows one by one, which reads the arguments' text from
+    the row rather than through its index.
     """
     needle = text.lower()
     arguments = Q(_search_strings__contains=needle)
@@ -77,7 +80,9 @@ def matching(text: str, *, task_paths=()) -> Q:
     if search_sql.indexes_text() and _plain_in_json(needle):
         # The index narrows to rows whose JSON text holds the needle; the functions decide.
         # Written first so that a row-by-row filter runs them only on those rows too.
-        arguments = Q(_search_json__contains=needle.strip()) & arguments
+        held = needle.strip()
+        in_json = Q(_search_json__contains=held) if by_row else Q(search_sql.ArgumentsHold(held))
+        arguments = in_json & arguments
     # Errors first: a failed job whose error matches is then decided without its arguments.
     condition = Q(~Q(error_type=""), _search_errors__contains=needle) | arguments
     ids = id_prefix_range(text)
@@ -102,29 +107,39 @@ def search(queryset, text: str, *, task_paths=()):
         _search_errors=search_sql.ErrorText(),
         _search_json=search_sql.ArgumentsJson(),
     )
-    condition = matching(text, task_paths=task_paths)
-    common = search_sql.indexes_text() and _common_among_newest(queryset, condition)
-    return queryset.filter(_Matching(condition, common=common))
+    indexed = matching(text, task_paths=task_paths)
+    if not search_sql.indexes_text():
+        return queryset.filter(indexed)
+    by_row = matching(text, task_paths=task_paths, by_row=True)
+    common = _common_among_newest(queryset, by_row)
+    return queryset.filter(_Matching(indexed, by_row, common=common))
 
 
-class _Matching(ExpressionWrapper):
+class _Matching(Expression):
     """The search condition, written for how the query reads it.
 
-    A limited read (a page) of a common text gets the condition opaque to the planner: no index
-    applies, and its selectivity is the default for a boolean expression (one half), so the
-    ordered page walks the ordering index and stops after the page instead of collecting every
-    match and sorting them. Any other read (a count, every match) keeps the indexed form.
+    A limited read (a page) of a common text gets the row-by-row condition, opaque to the
+    planner: no index applies, and its selectivity is the default for a boolean expression (one
+    half), so the ordered page walks the ordering index and stops after the page instead of
+    collecting every match and sorting them. Any other read (a count, every match) gets the
+    indexed form.
     """
 
-    def __init__(self, condition: Q, *, common: bool):
-        super().__init__(condition, output_field=BooleanField())
-        self.common = common
+    def __init__(self, indexed: Q, by_row: Q, *, common: bool):
+        super().__init__(output_field=BooleanField())
+        self.indexed, self.by_row, self.common = indexed, by_row, common
+
+    def get_source_expressions(self):
+        return [self.indexed, self.by_row]
+
+    def set_source_expressions(self, exprs):
+        self.indexed, self.by_row = exprs
 
     def as_sql(self, compiler, connection):
-        sql, params = compiler.compile(self.expression)
         if self.common and compiler.query.is_sliced:
+            sql, params = compiler.compile(self.by_row)
             return f"COALESCE({sql}, false)", params
-        return sql, params
+        return compiler.compile(self.indexed)
 
 
 def _common_among_newest(queryset, condition: Q) -> bool:

@@ -128,3 +128,40 @@ def test_a_page_of_a_text_common_among_the_newest_jobs_is_matched_row_by_row():
     assert "COALESCE(" not in str(rare.order_by("-enqueued_at")[:50].query)
     assert common.count() == COMMON_IN_PROBE and len(common[:50]) == COMMON_IN_PROBE
     assert found("bob@") == {Job.objects.get(kwargs__email="bob@example.org").id}
+
+
+def _search_text_rows(job):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text, text FROM jobs_searchtext WHERE job_id = %s", [job.id])
+        return cursor.fetchall()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's search text table")
+def test_claims_and_finishes_never_rewrite_a_jobs_search_text():
+    job = make_job(kwargs={"email": "ann@example.com"})
+    [(written_by, text)] = _search_text_rows(job)
+    assert "ann@example.com" in text
+    Job.objects.filter(id=job.id).update(
+        state=JobState.RUNNING, attempt=1, lease_id=job.id, started_at=timezone.now()
+    )
+    Job.objects.filter(id=job.id).update(state=JobState.SUCCEEDED, finished_at=timezone.now())
+    assert _search_text_rows(job) == [(written_by, text)]
+    assert found("ann@") == {job.id}
+    assert "jobs_searchtext" in str(search(Job.objects.all(), "ann@").order_by("-id")[:50].query)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's search text table")
+def test_arguments_changed_after_enqueue_are_found_by_their_new_text_only():
+    job = make_job(kwargs={"email": "ann@example.com"}, dedup_key="first-key")
+    Job.objects.filter(id=job.id).update(kwargs={"email": "bob@example.org"}, dedup_key="second")
+    assert found("bob@") == {job.id}
+    assert found("second") == {job.id}
+    assert found("ann@") == set() and found("first-key") == set()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's search text table")
+def test_a_deleted_job_leaves_no_search_text_behind():
+    kept, gone = make_job(args=["kept"]), make_job(args=["gone"])
+    Job.objects.filter(id=gone.id).delete()
+    assert _search_text_rows(gone) == []
+    assert len(_search_text_rows(kept)) == 1

@@ -2,17 +2,20 @@
 
 SQLite: the two search functions are the Python functions below, registered on each
 connection. PostgreSQL: they are SQL functions (migration 0007), and trigram indexes hold the
-arguments' JSON text and failed jobs' error text; the expressions here are written exactly as
-those indexes are, so the planner can use them.
+arguments' JSON text (in a table of its own, written once per job) and failed jobs' error text;
+the expressions here are written exactly as those indexes are, so the planner can use them.
 """
 
 import json
 
 from django.db import connection
 from django.db.backends.signals import connection_created
-from django.db.models import F, Func, TextField, Value
+from django.db.models import BooleanField, F, Func, TextField, Value
 from django.db.models.functions import Concat
 from django.dispatch import receiver
+
+# The arguments' searchable text, one row per job (migration 0021).
+SEARCH_TEXT = "jobs_searchtext"
 
 
 def indexes_text() -> bool:
@@ -68,12 +71,37 @@ def _register_sqlite_functions(sender, connection, **kwargs):
 
 
 class ArgumentsJson(Func):
-    """The JSON text the PostgreSQL arguments index holds, written exactly as in the index."""
+    """The JSON text the arguments index holds, read from the job row itself: for a search that
+    reads the newest jobs row by row, where no index helps."""
 
     output_field = TextField()
 
     def as_sql(self, compiler, connection, **extra):
         return "lower(args::text || ' ' || kwargs::text || ' ' || coalesce(dedup_key, ''))", []
+
+
+class ArgumentsHold(Func):
+    """Does the job's arguments' JSON text (ArgumentsJson) hold `needle`? Answered from the
+    trigram index of `jobs_searchtext` (migration 0021), a table written once per job.
+
+    The matching ids are read once per query, as an array that the job table's primary key
+    looks up: a join could not sit in the OR with a search's other conditions, and PostgreSQL
+    answers the OR of array, error index and id range with one bitmap scan each.
+    """
+
+    output_field = BooleanField()
+
+    def __init__(self, needle: str):
+        super().__init__(F("id"), Value(f"%{connection.ops.prep_for_like_query(needle)}%"))
+
+    def as_sql(self, compiler, connection, **extra):
+        (id_sql, id_params), (like_sql, like_params) = (
+            compiler.compile(e) for e in self.get_source_expressions()
+        )
+        return (
+            f"{id_sql} = ANY(ARRAY(SELECT job_id FROM {SEARCH_TEXT} WHERE text LIKE {like_sql}))",
+            [*id_params, *like_params],
+        )
 
 
 class ErrorText(Func):
