@@ -1,3 +1,4 @@
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -165,3 +166,13 @@ def test_a_deleted_job_leaves_no_search_text_behind():
     Job.objects.filter(id=gone.id).delete()
     assert _search_text_rows(gone) == []
     assert len(_search_text_rows(kept)) == 1
+
+
+def test_jobs_enqueued_one_at_a_time_and_in_bulk_are_found_by_their_arguments():
+    from tests.tasks import record
+
+    one = record.enqueue("invoice-7781")
+    many = record.enqueue_many([(("invoice-7782",), {}), (("receipt-12",), {})])
+    ids = [uuid.UUID(str(i)) for i in (one.id, *many)]
+    assert found("INVOICE-778") == {ids[0], ids[1]}
+    assert found("receipt-12") == {ids[2]}
