@@ -11,6 +11,7 @@ from jobs.models import Job
 from jobs.search import COMMON_IN_PROBE, search
 from jobs.states import JobState
 from tests.factories import make_job
+from tests.tasks import record
 
 pytestmark = pytest.mark.django_db
 
@@ -169,8 +170,6 @@ def test_a_deleted_job_leaves_no_search_text_behind():
 
 
 def test_jobs_enqueued_one_at_a_time_and_in_bulk_are_found_by_their_arguments():
-    from tests.tasks import record
-
     one = record.enqueue("invoice-7781")
     many = record.enqueue_many([(("invoice-7782",), {}), (("receipt-12",), {})])
     ids = [uuid.UUID(str(i)) for i in (one.id, *many)]
