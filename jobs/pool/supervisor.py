@@ -321,7 +321,11 @@ class Supervisor:
             timeout = min(timeout, PREFETCH_BUDGET)
         for executor in self.executors:
             if executor.coroutines and executor.waiting():
-                timeout = min(timeout, max(0.0, AHEAD_LIMIT - executor.waited(now)) + 0.005)
+                left = AHEAD_LIMIT - executor.waited(now)
+                # Past the limit, what waits is taken back once the slots are all taken
+                # (_enforce_coroutine_deadlines); while one is free the child is only slow to
+                # start the next (its loop is busy), so look again a limit later, not at once.
+                timeout = min(timeout, left + 0.005 if left > 0 else AHEAD_LIMIT)
         if self.restarts and not self.stopping:
             timeout = min(timeout, max(0.0, min(self.restarts.values()) - now))
         return timeout
