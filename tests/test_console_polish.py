@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard.chart import nice_ceiling
-from dashboard.templatetags.dashboard import duration
+from dashboard.templatetags.dashboard import duration, when
 from jobs import queues
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.states import JobState
@@ -126,6 +126,15 @@ def test_short_runs_say_under_a_millisecond_and_whole_seconds_lose_their_point()
     assert duration(timedelta(milliseconds=4)) == "4 ms"
     assert duration(timedelta(seconds=5)) == "5 s"
     assert duration(timedelta(seconds=2.5)) == "2.5 s"
+
+
+def test_a_fire_time_passed_reads_due_now_as_the_pages_countdown_says():
+    now = timezone.now()
+    assert ">due now<" in when(now - timedelta(seconds=5), ahead=True)
+    assert ">due now<" in when(now, ahead=True)
+    assert ">in 29 s<" in when(now + timedelta(seconds=30), ahead=True)
+    # Without `ahead` a moment is in the past like any other.
+    assert ">5 s ago<" in when(now - timedelta(seconds=5.5))
 
 
 def test_the_chart_axis_tops_close_above_the_peak():

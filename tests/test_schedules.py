@@ -1,5 +1,6 @@
 """jobs.schedules: validation, fire-time arithmetic (DST included), firing, pause/resume/trigger."""
 
+import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -46,6 +47,13 @@ def with_schedules(entries, **options):
             }
         }
     )
+
+
+def clear_of_pings(margin=2.5, every=30):
+    """Wait while a fire time of a schedule firing `every` seconds is within `margin` seconds:
+    one falling between a test's steps would change what the test sees."""
+    while not margin < time.time() % every < every - margin:
+        time.sleep(0.2)
 
 
 def backend():

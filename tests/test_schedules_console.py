@@ -2,7 +2,6 @@
 read-only staff."""
 
 import re
-import time
 from datetime import timedelta
 
 import pytest
@@ -14,7 +13,7 @@ from jobs.models import Job, Schedule, ScheduleAuditEntry
 from jobs.states import JobState
 from tests.test_api_support import bearer, token_for
 from tests.test_dashboard_views import make_job
-from tests.test_schedules import with_schedules
+from tests.test_schedules import clear_of_pings, with_schedules
 
 pytestmark = pytest.mark.django_db
 
@@ -27,13 +26,6 @@ SCHEDULES = {
     },
     "ping": {"task": "tests.tasks.add", "args": [1, 2], "every": 30},
 }
-
-
-def clear_of_pings(margin=2.5):
-    """Wait while a fire time of "ping" (every 30 s) is within `margin` seconds: one falling
-    between a test's ticks, or within the grace of one, would change what the test sees."""
-    while not margin < time.time() % 30 < 30 - margin:
-        time.sleep(0.2)
 
 
 @pytest.fixture(autouse=True)

@@ -41,21 +41,23 @@ def _span(seconds: float) -> str:
 
 
 @register.simple_tag
-def when(moment: datetime | None, empty: str = "—"):
+def when(moment: datetime | None, empty: str = "—", ahead: bool = False):
     """A relative time with the absolute UTC time beside it: "3 min ago · 02:31:07 UTC".
 
     The clock time alone for today (UTC), with the date for any other day; the full
-    timestamp is the title too.
+    timestamp is the title too. `ahead` marks a moment awaited (a next fire time): once it
+    has passed it reads "due now", as the page's countdown says between refreshes.
     """
     if moment is None:
         return empty
     now = timezone.now()
     delta = (moment - now).total_seconds()
-    relative = (
-        "just now"
-        if abs(delta) < 1
-        else (f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago")
-    )
+    if ahead:
+        relative = f"in {_span(delta)}" if delta >= 1 else "due now"
+    elif abs(delta) < 1:
+        relative = "just now"
+    else:
+        relative = f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
     utc = moment.astimezone(UTC)
     full = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
     today = utc.date() == now.astimezone(UTC).date()
