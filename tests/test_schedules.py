@@ -49,10 +49,10 @@ def with_schedules(entries, **options):
     )
 
 
-def clear_of_pings(margin=2.5, every=30):
-    """Wait while a fire time of a schedule firing `every` seconds is within `margin` seconds:
-    one falling between a test's steps would change what the test sees."""
-    while not margin < time.time() % every < every - margin:
+def clear_of_pings(margin=2.5):
+    """Wait while a fire time of "ping" (every 30 s) is within `margin` seconds: one falling
+    between a test's steps, or within the grace of one, would change what the test sees."""
+    while not margin < time.time() % 30 < 30 - margin:
         time.sleep(0.2)
 
 
