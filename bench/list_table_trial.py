@@ -85,8 +85,10 @@ def main():
             run = subprocess.run(
                 [sys.executable, __file__, "--layout", layout, "--jobs", str(args.jobs),
                  "--concurrency", str(args.concurrency)],
-                cwd=ROOT, capture_output=True, text=True, check=True,
+                cwd=ROOT, capture_output=True, text=True,
             )  # fmt: skip
+            if run.returncode != 0:
+                raise SystemExit(f"the {layout!r} run failed:\n{run.stdout}{run.stderr}")
             line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
             single, bulk, rate = (float(v) for v in line.split()[1:])
             log(
