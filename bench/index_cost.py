@@ -2,7 +2,8 @@
 
 Runs `bench/baseline.py`'s burst drain (jobs enqueued in bulk, then drained) in one scratch
 database, alternately with the named indexes in place and dropped (each dropped one is created
-again, on the then empty table, for the next round), so both sides share the machine's moods:
+again, on the then empty table, for the next round), so both sides share the machine's moods.
+The tables are vacuumed before each round, so no round walks past the last one's dead rows:
 
     .venv/bin/python bench/index_cost.py --index job_recent --index job_queue_recent \
         --index job_task_recent                                    # the immutable-column lists
@@ -52,7 +53,7 @@ def set_indexes(present, found):
 
     with connection.cursor() as cursor:
         for name, statement in found.items():
-            cursor.execute(statement.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
+            cursor.execute(statement.replace(" INDEX ", " INDEX IF NOT EXISTS ", 1))
             if not present:
                 cursor.execute(f"DROP INDEX {name}")
 
