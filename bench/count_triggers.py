@@ -13,14 +13,20 @@ Each drain is checked exactly-once as in throughput.py. Not part of the test sui
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.throughput import bench_enqueue, drain, log, reset, setup_django  # noqa: E402
+from bench.throughput import (  # noqa: E402
+    bench_enqueue,
+    drain,
+    log,
+    reset,
+    rounds_cell,
+    setup_django,
+)
 
 DATABASE = "jobsite_h14_triggers"
 SERVER = "postgres://postgres@127.0.0.1:5432"
@@ -86,10 +92,7 @@ def main():
     print("|---|---:|---:|---:|")
     for enabled in (True, False):
         columns = list(zip(*results[enabled], strict=True))
-        cells = [
-            " / ".join(f"{v:,.0f}" for v in column) + f" (median {statistics.median(column):,.0f})"
-            for column in columns
-        ]
+        cells = [rounds_cell(column) for column in columns]
         print(f"| {'on' if enabled else 'off'} | " + " | ".join(cells) + " |")
 
 

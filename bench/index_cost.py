@@ -17,7 +17,6 @@ part of the test suite.
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.baseline import jobsite_drain, jobsite_retry_drain  # noqa: E402
 from bench.count_triggers import fresh_database  # noqa: E402
-from bench.throughput import log, reset, setup_django  # noqa: E402
+from bench.throughput import log, reset, rounds_cell, setup_django  # noqa: E402
 
 DATABASE = "jobsite_index_cost"
 
@@ -53,9 +52,10 @@ def set_indexes(present, found):
 
     with connection.cursor() as cursor:
         for name, statement in found.items():
-            cursor.execute(statement.replace(" INDEX ", " INDEX IF NOT EXISTS ", 1))
-            if not present:
-                cursor.execute(f"DROP INDEX {name}")
+            if present:
+                cursor.execute(statement.replace(" INDEX ", " INDEX IF NOT EXISTS ", 1))
+            else:
+                cursor.execute(f"DROP INDEX IF EXISTS {name}")
 
 
 def vacuum():
@@ -99,10 +99,7 @@ def main():
     print(f"| {', '.join(args.index)} | drain jobs/s |")
     print("|---|---:|")
     for present in (True, False):
-        rates = results[present]
-        median = statistics.median(rates)
-        cells = " / ".join(f"{v:,.0f}" for v in rates) + f" (median {median:,.0f})"
-        print(f"| {'in place' if present else 'dropped'} | {cells} |")
+        print(f"| {'in place' if present else 'dropped'} | {rounds_cell(results[present])} |")
 
 
 if __name__ == "__main__":

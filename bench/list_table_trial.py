@@ -17,7 +17,6 @@ child process per run): one-at-a-time enqueues, `enqueue_many`, and the burst dr
 """
 
 import argparse
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +75,7 @@ def main():
     if args.layout:
         one_run(args.layout, args.jobs, args.concurrency)
         return
-    from bench.throughput import log
+    from bench.throughput import log, rounds_cell
 
     results = {layout: [] for layout in LAYOUTS}
     for round_ in range(args.rounds):
@@ -100,10 +99,7 @@ def main():
     print("| list indexes | single enqueue/s | `enqueue_many`/s | drain jobs/s |")
     print("|---|---:|---:|---:|")
     for layout in LAYOUTS:
-        cells = [
-            " / ".join(f"{v:,.0f}" for v in column) + f" (median {statistics.median(column):,.0f})"
-            for column in zip(*results[layout], strict=True)
-        ]
+        cells = [rounds_cell(column) for column in zip(*results[layout], strict=True)]
         print(f"| {layout} | " + " | ".join(cells) + " |")
 
 

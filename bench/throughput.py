@@ -29,6 +29,11 @@ def log(text):
     print(text, flush=True)
 
 
+def rounds_cell(values) -> str:
+    """A table cell of alternated rounds: each round's figure, then their median."""
+    return " / ".join(f"{v:,.0f}" for v in values) + f" (median {statistics.median(values):,.0f})"
+
+
 def scratch_database(kind):
     if kind == "sqlite":
         path = Path(tempfile.mkdtemp(prefix="jobsite-bench-")) / "bench.sqlite3"
