@@ -254,8 +254,9 @@ class Engine(RunAfter):
 
     # --- finish -----------------------------------------------------------------------------
 
-    def set_outcome_sql(self, running: str) -> str:
-        """The SET clause applying row v of outcomes to the job (`running`: the state guard).
+    def set_outcome_sql(self, running: str, pick: str = "") -> str:
+        """The SET clause applying row v of outcomes to the job (`running`: the state guard;
+        `pick`: a further condition on the job rows, ANDed to the join on v).
 
         Every expression reads the row as it was before the update, in both databases.
         """
@@ -304,7 +305,7 @@ class Engine(RunAfter):
                                        ELSE NULL END
         FROM v
         WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id AND {JOB}.state = {running}
-          AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {self.now})
+          AND (v.only_if_expired = 0 OR {JOB}.lease_expires_at < {self.now}){pick}
     """
 
     def finish(self, results: list[Finish]) -> list[Finish]:

@@ -291,7 +291,9 @@ class PostgresEngine(Engine):
     # --- claim --------------------------------------------------------------------------------
 
     # One statement of constant text per shape: the due jobs' ids picked by walking the claim
-    # index level by level (engine.level_walk), locked with SKIP LOCKED, and claimed.
+    # index level by level (engine.level_walk), locked with SKIP LOCKED, and claimed. The ids
+    # come as an array, looked up in the primary key: as `id IN (...)`, on a table of tens of
+    # thousands of jobs, the planner hashed them and read the whole table instead.
 
     def claim(self, *, worker_id, queues, limit, lease_seconds):
         lease_id = uuid.uuid4()
@@ -322,7 +324,7 @@ class PostgresEngine(Engine):
         return {
             shape: f"""
                 UPDATE {JOB} SET {self.claim_sets()}
-                WHERE id IN ({self.claim_ids(shape)})
+                WHERE id = ANY(ARRAY({self.claim_ids(shape)}))
                 RETURNING {self.claimed_columns()}
             """
             for shape in (0, 1, 2)

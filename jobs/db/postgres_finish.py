@@ -62,9 +62,13 @@ def finish_statement(engine) -> str:
     cancelled = sql_state(JobState.CANCELLED)
     scheduled = sql_state(JobState.SCHEDULED)
     pending = sql_state(JobState.PENDING)
+    by_id = f"\n          AND {JOB}.id = ANY(ARRAY(SELECT job_id FROM v))"
     # The state guard compares with a column of v, not a literal: given a literal, the
     # planner may scan every running job (all workers' prefetched ones, and their dead
-    # versions) instead of looking up each outcome's row by its primary key.
+    # versions) instead of looking up each outcome's row by its primary key. The rows are
+    # also picked by id from an array: joined to v alone (a function's rows, a hundred to the
+    # planner), a table of tens of thousands of jobs analyzed while small was read whole at
+    # every finish (14 ms for one outcome among 30,000 jobs).
     return f"""
 WITH v AS (
     SELECT r.*, r.return_json::jsonb AS return_value,
@@ -73,7 +77,7 @@ WITH v AS (
         AS r({", ".join(f"{name} {kind}" for name, kind in FINISH_FIELDS)})
 ),
 upd AS (
-    UPDATE {JOB} SET {engine.set_outcome_sql(running="v.running")}
+    UPDATE {JOB} SET {engine.set_outcome_sql(running="v.running", pick=by_id)}
     RETURNING {JOB}.id, {JOB}.attempt + {JOB}.snoozes AS number, {JOB}.started_at,
               {JOB}.state
 ),
