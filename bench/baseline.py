@@ -122,8 +122,12 @@ def sqlite_pragmas():
     return " ".join(found)
 
 
-def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None, env=None):
-    """Enqueue n jobs in bulk, then time burst workers over them from first start to last end."""
+def jobsite_drain(
+    url, n, concurrency, task="jobsite.tasks.noop", args_for=None, env=None, root=ROOT
+):
+    """Enqueue n jobs in bulk, then time burst workers over them from first start to last end.
+
+    The worker runs from the checkout at `root` (another commit's, for a before/after)."""
     from django.tasks import task_backends  # noqa: F401  (the backend must be loaded)
     from django.utils.module_loading import import_string
 
@@ -134,7 +138,7 @@ def jobsite_drain(url, n, concurrency, task="jobsite.tasks.noop", args_for=None,
     fn.enqueue_many(calls)
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
-        cwd=ROOT,
+        cwd=root,
         env={**worker_env(url), **(env or {})},
     )
     if proc.wait(timeout=3600) != 0:
@@ -168,7 +172,7 @@ def check_failed_once_then_succeeded(n):
         )
 
 
-def jobsite_retry_drain(url, n, concurrency):
+def jobsite_retry_drain(url, n, concurrency, root=ROOT):
     """Every job fails its first attempt and succeeds on the second (backoff 0, no jitter)."""
     with tempfile.TemporaryDirectory(prefix="jobsite-retry-", dir=marks_base()) as marks:
         env = {
@@ -183,6 +187,7 @@ def jobsite_retry_drain(url, n, concurrency):
             task="bench.peers.jobsite_tasks.retried",
             args_for=lambda i: (i,),
             env=env,
+            root=root,
         )
     return rate
 
