@@ -87,19 +87,9 @@ def test_jobs_of_a_higher_priority_not_yet_due_are_not_read_by_a_claim(queues):
     assert pages_read(plan) <= alone + 30, plan
 
 
-@pytest.fixture
-def tens_of_thousands_of_jobs():
-    """30,000 due jobs on a table analyzed while it was empty (a burst onto an idle queue):
-    reading the whole table then looked cheaper to the planner than looking up the hundred
-    rows it supposes a claim or a finish picks."""
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs_job")
-    noop.enqueue_many([((), {})] * 30_000)
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("queues", [None, ["default"], ["emails", "default"]])
-def test_a_claim_looks_up_the_jobs_it_picked_by_primary_key(tens_of_thousands_of_jobs, queues):
+def test_a_claim_looks_up_the_jobs_it_picked_by_primary_key(stale_statistics, queues):
     db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=5)
 
     plan = claim_plan(queues, limit=200)
@@ -109,7 +99,7 @@ def test_a_claim_looks_up_the_jobs_it_picked_by_primary_key(tens_of_thousands_of
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_finish_looks_up_each_outcome_s_job_by_primary_key(tens_of_thousands_of_jobs):
+def test_a_finish_looks_up_each_outcome_s_job_by_primary_key(stale_statistics):
     db.configure_worker_session(connection, lease_seconds=60, heartbeat_seconds=5)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + db.engine().finish_sql, ["[]"])
