@@ -20,16 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.baseline import jobsite_drain, jobsite_retry_drain  # noqa: E402
-from bench.throughput import log, reset, rounds_cell, scratch_database, setup_django  # noqa: E402
-
-
-def vacuum():
-    from django.db import connection
-
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            for table in ("jobs_job", "jobs_attempt", "jobs_searchtext"):
-                cursor.execute(f"VACUUM {table}")
+from bench.throughput import (  # noqa: E402
+    log,
+    reset,
+    rounds_cell,
+    scratch_database,
+    setup_django,
+    vacuum,
+)
 
 
 def main():
@@ -43,22 +41,22 @@ def main():
     args = parser.parse_args()
     url = scratch_database(args.db)
     setup_django(url)
-    rates = {side: [] for side in args.checkouts}
+    rates: list[list[float]] = [[], []]  # by side: the same checkout may be given twice
     for round in range(args.rounds):
         # Each round starts with the other side, so neither always runs on a warmer machine.
-        order = args.checkouts if round % 2 == 0 else args.checkouts[::-1]
-        for side in order:
+        for i in (0, 1) if round % 2 == 0 else (1, 0):
+            side = args.checkouts[i]
             reset()
             vacuum()
             if args.retry:
                 rate = jobsite_retry_drain(url, args.jobs, args.concurrency, root=side.resolve())
             else:
                 rate, _ = jobsite_drain(url, args.jobs, args.concurrency, root=side.resolve())
-            rates[side].append(rate)
+            rates[i].append(rate)
             log(f"round {round + 1}: {side}: {rate:,.0f} jobs/s")
     kind = "retry-heavy" if args.retry else "no-op"
     log(f"\n{kind} drain, {args.jobs:,} jobs, concurrency {args.concurrency}, {args.db}:")
-    for side, values in rates.items():
+    for side, values in zip(args.checkouts, rates, strict=True):
         log(f"| {side} | {rounds_cell(values)} |")
 
 

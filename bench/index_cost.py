@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.baseline import jobsite_drain, jobsite_retry_drain  # noqa: E402
 from bench.count_triggers import fresh_database  # noqa: E402
-from bench.throughput import log, reset, rounds_cell, setup_django  # noqa: E402
+from bench.throughput import log, reset, rounds_cell, setup_django, vacuum  # noqa: E402
 
 DATABASE = "jobsite_index_cost"
 
@@ -56,14 +56,6 @@ def set_indexes(present, found):
                 cursor.execute(statement.replace(" INDEX ", " INDEX IF NOT EXISTS ", 1))
             else:
                 cursor.execute(f"DROP INDEX IF EXISTS {name}")
-
-
-def vacuum():
-    """Each round starts from tables without the last round's dead rows (reset deletes them)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("VACUUM jobs_job, jobs_attempt, jobs_searchtext, jobs_jobcountdelta")
 
 
 def main():
