@@ -92,6 +92,14 @@ def counters():
     return CounterDelta.objects.totals()
 
 
+def counters_but_enqueued():
+    """The counters less jobs_enqueued: on PostgreSQL the insert trigger also counts the jobs
+    `make_job` stores, on SQLite only the engine's inserts count."""
+    totals = counters()
+    totals.pop("jobs_enqueued", None)
+    return totals
+
+
 # --- enqueue ---------------------------------------------------------------------------------
 
 
@@ -226,7 +234,7 @@ def test_finish_success_records_the_attempt_the_result_and_the_counter(engine):
     assert list(Attempt.objects.filter(job=job).values_list("number", "outcome")) == [
         (1, AttemptOutcome.SUCCEEDED)
     ]
-    assert counters() == {"jobs_succeeded": 1}
+    assert counters_but_enqueued() == {"jobs_succeeded": 1}
 
 
 @pytest.mark.django_db
@@ -251,7 +259,7 @@ def test_finish_retry_schedules_the_next_attempt_after_the_delay(engine):
     assert (job.error_type, job.error_message) == ("ValueError", "boom")
     attempt = Attempt.objects.get(job=job)
     assert (attempt.outcome, attempt.error_type) == (AttemptOutcome.FAILED, "ValueError")
-    assert counters() == {"jobs_failed": 1, "jobs_requeued": 1}
+    assert counters_but_enqueued() == {"jobs_failed": 1, "jobs_requeued": 1}
 
 
 @pytest.mark.django_db
@@ -301,7 +309,11 @@ def test_finish_dead_letters_and_cancels_the_continuations(engine):
         continuation.refresh_from_db()
         assert continuation.state == JobState.CANCELLED
         assert continuation.error_type == "ParentFailed"
-    assert counters() == {"jobs_failed": 1, "jobs_dead_lettered": 1, "jobs_cancelled": 2}
+    assert counters_but_enqueued() == {
+        "jobs_failed": 1,
+        "jobs_dead_lettered": 1,
+        "jobs_cancelled": 2,
+    }
 
 
 @pytest.mark.django_db
@@ -324,7 +336,7 @@ def test_a_finish_with_a_lease_taken_over_changes_nothing(engine):
     assert db.finish([stale]) == []
     assert Job.objects.get(id=c.id).state == JobState.RUNNING
     assert not Attempt.objects.exists()
-    assert counters() == {}
+    assert counters_but_enqueued() == {}
 
 
 @pytest.mark.django_db
@@ -347,7 +359,7 @@ def test_a_batch_of_outcomes_changes_exactly_the_jobs_whose_lease_holds(engine):
     assert sorted(Attempt.objects.values_list("job_id", "number")) == sorted(
         [(claimed[0].id, 1), (claimed[2].id, 1)]
     )
-    assert counters() == {"jobs_succeeded": 2}
+    assert counters_but_enqueued() == {"jobs_succeeded": 2}
 
 
 @pytest.mark.django_db
@@ -360,7 +372,7 @@ def test_a_cancel_requested_while_running_wins_over_success(engine):
     job = Job.objects.get(id=c.id)
     assert job.state == JobState.CANCELLED and job.error_type == "JobCancelled"
     assert Attempt.objects.get(job=job).outcome == AttemptOutcome.CANCELLED
-    assert counters() == {"jobs_cancelled": 1}
+    assert counters_but_enqueued() == {"jobs_cancelled": 1}
 
 
 @pytest.mark.django_db
@@ -374,7 +386,7 @@ def test_a_cancel_requested_while_running_wins_over_a_dead_letter_the_worker_dec
     job = Job.objects.get(id=c.id)
     assert (job.state, job.dead_letter_reason) == (JobState.CANCELLED, "")
     assert Attempt.objects.get(job=job).outcome == AttemptOutcome.CANCELLED
-    assert counters() == {"jobs_cancelled": 1}
+    assert counters_but_enqueued() == {"jobs_cancelled": 1}
 
 
 @pytest.mark.django_db
@@ -400,7 +412,7 @@ def test_a_job_released_unstarted_goes_back_as_it_was(engine):
         None,
     )
     assert not Attempt.objects.exists()
-    assert counters() == {}
+    assert counters_but_enqueued() == {}
 
 
 @pytest.mark.django_db
@@ -415,7 +427,7 @@ def test_every_failed_attempt_outcome_counts_as_failed(engine):
             for c, outcome in zip(claimed, outcomes, strict=True)
         ]
     )
-    assert counters() == {
+    assert counters_but_enqueued() == {
         "jobs_failed": len(FAILED_ATTEMPT),
         "jobs_requeued": len(FAILED_ATTEMPT),
         "jobs_recovered": 1,  # the lost one
@@ -477,7 +489,7 @@ def test_not_after_expiry_cancels_waiting_jobs_and_their_continuations(engine):
     assert (late.state, late.error_type) == (JobState.CANCELLED, "Expired")
     assert child.state == JobState.CANCELLED
     assert Job.objects.get(id=on_time.id).state == JobState.PENDING
-    assert counters() == {"jobs_cancelled": 2}
+    assert counters_but_enqueued() == {"jobs_cancelled": 2}
 
 
 @pytest.mark.django_db

@@ -118,3 +118,59 @@ def test_a_worker_session_gives_up_stalled_transactions_and_lock_waits():
         cursor.execute("SHOW lock_timeout")
         lock = cursor.fetchone()[0]
     assert (idle, lock) == ("30s", "2500ms")
+
+
+@pytest.fixture
+def listening():
+    """A connection of its own that LISTENs where workers do; yields its pending notifies."""
+    import psycopg
+
+    from jobs.db.pooler import raw_params
+    from jobs.db.postgres_notify import NOTIFY_CHANNEL
+
+    connection.ensure_connection()
+    with psycopg.connect(**raw_params(connection), autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+
+        def received():
+            return [n.channel for n in listener.notifies(timeout=0.5, stop_after=10)]
+
+        yield received
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_insert_of_jobs_counts_them_and_wakes_workers_once_it_commits(listening):
+    from django.db import transaction
+
+    from jobs.models import CounterDelta
+    from jobs.workflows import Workflow
+
+    def enqueued():
+        return CounterDelta.objects.totals().get("jobs_enqueued", 0)
+
+    with transaction.atomic():
+        noop.enqueue()
+        assert listening() == []  # nothing before the commit
+    assert listening() == ["jobsite_jobs"]
+    assert enqueued() == 1
+
+    noop.enqueue_many([((), {})] * 5)
+    assert listening() == ["jobsite_jobs"]
+    assert enqueued() == 6
+
+    wf = Workflow("two")
+    wf.add(noop, name="b", after=[wf.add(noop, name="a")])
+    wf.enqueue()
+    assert listening() == ["jobsite_jobs"]
+    assert enqueued() == 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_statement_of_no_job_counts_nothing_and_wakes_nobody(listening):
+    from jobs.models import CounterDelta
+
+    noop.enqueue_many([])
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO jobs_job SELECT * FROM jobs_job WHERE false")
+    assert listening() == []
+    assert CounterDelta.objects.filter(name="jobs_enqueued").count() == 0

@@ -93,11 +93,11 @@ def test_counters_sum_every_increment_and_survive_compaction(client, headers):
 @pytest.mark.django_db
 def test_prometheus_exposes_counters_with_total_and_jobs_by_state_and_queue(client, headers):
     make_job(JobState.DEAD_LETTER, queue_name="emails")
-    db.add_counters({"jobs_enqueued": 1, "jobs_dead_lettered": 1})
+    db.add_counters({"jobs_succeeded": 2, "jobs_dead_lettered": 1})
 
     samples = scrape(client, headers)
 
-    assert samples["jobsite_jobs_enqueued_total"] == {(): 1.0}
+    assert samples["jobsite_jobs_succeeded_total"] == {(): 2.0}
     assert samples["jobsite_jobs_dead_lettered_total"] == {(): 1.0}
     assert samples["jobsite_jobs_recovered_total"] == {(): 0.0}
     jobs = samples["jobsite_jobs"]

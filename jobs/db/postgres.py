@@ -5,7 +5,8 @@ with `FOR UPDATE SKIP LOCKED`, so workers never wait on each other. The hot stat
 claim, finish) have a constant text whatever the batch size (arrays or one JSON document in),
 and go through a psycopg cursor that prepares them once per connection and binds parameters on
 the server. A finish is one statement (its text: postgres_finish.py). Idle workers LISTEN on
-NOTIFY_CHANNEL (postgres_notify.py); every statement that makes a job due sends one NOTIFY.
+NOTIFY_CHANNEL (postgres_notify.py); every statement that makes a job due sends one NOTIFY (an
+insert's comes from the job table's insert trigger, migration 0022).
 """
 
 import uuid
@@ -182,7 +183,8 @@ class PostgresEngine(Engine):
 
     @cached_property
     def insert_one_sql(self) -> str:
-        """One job: one statement of constant text that inserts it, counts it, wakes workers.
+        """One job: one plain INSERT of constant text. The insert trigger counts it and wakes
+        idle workers (migration 0022), as it does for every insert.
 
         Named parameters, one per column, so that finished_at can read the state's.
         """
@@ -195,19 +197,7 @@ class PostgresEngine(Engine):
             else f"%({c.name})s::{c.pg_type}"
             for c in inserted
         )
-        return f"""
-    WITH ins AS (
-        INSERT INTO {JOB} ({", ".join(c.name for c in inserted)}) VALUES ({values})
-        RETURNING 1
-    ),
-    cnt AS (INSERT INTO {COUNTER} (name, value) SELECT 'jobs_enqueued', count(*) FROM ins)
-    {NOTIFY}
-"""
-
-    count_and_notify_sql = f"""
-    WITH cnt AS (INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', %s))
-    {NOTIFY}
-"""
+        return f"INSERT INTO {JOB} ({', '.join(c.name for c in inserted)}) VALUES ({values})"
 
     def insert_job(self, row: dict) -> None:
         """`row` carries already-validated values; `run_after` None means now."""
@@ -248,7 +238,6 @@ class PostgresEngine(Engine):
                             line(i.hex, text(a), text(k)) for i, a, k in calls[start : start + 2000]
                         )
                     )
-            cursor.execute(self.count_and_notify_sql, [len(calls)], prepare=True)
 
     def insert_jobs(self, rows: list[dict]) -> None:
         """Rows of any shape stream in through COPY; one count, one wake-up."""
@@ -273,7 +262,6 @@ class PostgresEngine(Engine):
                             for row in rows[start : start + 2000]
                         )
                     )
-            cursor.execute(self.count_and_notify_sql, [len(rows)], prepare=True)
 
     def link(self, edges, *, cursor=None) -> None:
         if not edges:

@@ -1,7 +1,8 @@
 """NOTIFY and LISTEN on PostgreSQL: how a statement that makes a job due wakes idle workers.
 
-Every such statement sends one NOTIFY on NOTIFY_CHANNEL (ids never in the payload); an idle
-worker waits on a `Listener`, a connection of its own that LISTENs there.
+Every such statement sends one NOTIFY on NOTIFY_CHANNEL (ids never in the payload; for an
+insert, the job table's insert trigger sends it: migration 0022); an idle worker waits on a
+`Listener`, a connection of its own that LISTENs there.
 """
 
 import logging
