@@ -1,0 +1,134 @@
+"""A trial: job ids made at random (UUID version 4, as jobsite makes them) against ids in
+creation order (version 7, RFC 9562).
+
+    .venv/bin/python bench/job_ids.py --db sqlite                  # 3 rounds, 30,000 jobs
+    .venv/bin/python bench/job_ids.py --db postgres --retry
+
+A random id lands anywhere in every index that holds it: the job's primary key, the attempts'
+(job, number) key, and on PostgreSQL the search text's key. Ids in creation order put a batch's
+entries side by side. Each round runs both kinds of id, in alternating order, each in a fresh
+database of its own (a child process per run). The table first holds `--base` finished jobs
+with ids of the same kind (a table that has been in use); then one-at-a-time enqueues and
+`enqueue_many` are timed, then the burst drain of `bench/baseline.py` (checked exactly-once;
+with `--retry`, every job failing once). The "ordered" runs make ids with `ordered_id` below
+(CPython 3.14's `uuid.uuid7` algorithm) in place of `uuid.uuid4`; nothing else differs. Not
+part of the test suite, and not adopted: see bench/README.md, "Job ids in creation order".
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KINDS = ("random", "ordered")
+_last = [0, 0]  # the last id's millisecond and counter
+
+
+def ordered_id() -> uuid.UUID:
+    """A version 7 UUID: the time in ms, a 42-bit counter within the ms (started at random each
+    new ms), 32 random bits. Ids made by one process rise."""
+    ms = max(time.time_ns() // 1_000_000, _last[0])
+    rand = int.from_bytes(os.urandom(10))
+    counter = _last[1] + 1 if ms == _last[0] else (rand >> 32) & ((1 << 41) - 1)
+    _last[:] = ms, counter
+    value = ms << 80 | (counter >> 30) << 64 | (counter & 0x3FFF_FFFF) << 32 | rand & 0xFFFF_FFFF
+    return uuid.UUID(int=value | (7 << 76) | (0x8000 << 48))
+
+
+def one_run(kind, db, base, count, concurrency, retry):
+    """In this process: a fresh database whose jobs get `kind` ids; prints one RESULT line."""
+    from bench.baseline import jobsite_drain, jobsite_retry_drain
+    from bench.throughput import scratch_database, setup_django, vacuum
+
+    url = scratch_database(db)
+    setup_django(url)
+    from django.db import connection
+
+    from jobs.models import Job
+    from jobsite.tasks import noop
+
+    if kind == "ordered":
+        uuid.uuid4 = ordered_id  # read at each call by jobs.backend, which makes the job ids
+    for start in range(0, base, 10_000):
+        noop.enqueue_many([((), {})] * min(10_000, base - start))
+    with connection.cursor() as cursor:
+        # Finished long ago (cancelled: the drain's checks count succeeded jobs and attempts).
+        cursor.execute(
+            "UPDATE jobs_job SET state = 'cancelled', finished_at = enqueued_at, queue_name = 'old'"
+        )
+    made = Job.objects.values_list("id", flat=True).first()
+    if made is not None and made.version != (7 if kind == "ordered" else 4):
+        raise SystemExit(f"the {kind} run made a version {made.version} id")
+    new = Job.objects.exclude(queue_name="old")
+    if db == "postgres":
+        vacuum()
+    n = min(count, 3_000)
+    start = time.perf_counter()
+    for _ in range(n):
+        noop.enqueue()
+    single = n / (time.perf_counter() - start)
+    new.delete()
+    start = time.perf_counter()
+    noop.enqueue_many([((), {})] * n)
+    bulk = n / (time.perf_counter() - start)
+    new.delete()
+    if db == "postgres":
+        vacuum()
+    if retry:
+        rate = jobsite_retry_drain(url, count, concurrency)
+    else:
+        rate, _ = jobsite_drain(url, count, concurrency)
+    print(f"RESULT {single:.0f} {bulk:.0f} {rate:.0f}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--base", type=int, default=100_000, help="finished jobs already there")
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per kind of id")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--retry", action="store_true", help="every job failing once")
+    parser.add_argument("--kind", choices=KINDS, help=argparse.SUPPRESS)  # one child run
+    args = parser.parse_args()
+    if args.kind:
+        one_run(args.kind, args.db, args.base, args.jobs, args.concurrency, args.retry)
+        return
+    from bench.throughput import log, rounds_cell
+
+    results = {kind: [] for kind in KINDS}
+    for round_ in range(args.rounds):
+        # Alternate which kind goes first, so neither always runs on a warmer machine.
+        for kind in KINDS if round_ % 2 == 0 else KINDS[::-1]:
+            run = subprocess.run(
+                [sys.executable, __file__, "--kind", kind, "--db", args.db,
+                 "--base", str(args.base), "--jobs", str(args.jobs),
+                 "--concurrency", str(args.concurrency)] + (["--retry"] if args.retry else []),
+                cwd=ROOT, capture_output=True, text=True,
+            )  # fmt: skip
+            if run.returncode != 0:
+                raise SystemExit(f"the {kind!r} run failed:\n{run.stdout}{run.stderr}")
+            line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
+            single, bulk, rate = (float(v) for v in line.split()[1:])
+            log(
+                f"round {round_ + 1} {kind}: {single:,.0f} single/s, {bulk:,.0f} bulk/s, "
+                f"drain {rate:,.0f} jobs/s"
+            )
+            results[kind].append((single, bulk, rate))
+    drain = "retry-heavy drain" if args.retry else "drain"
+    print(f"\n{args.db}, {args.base:,} finished jobs, {args.jobs:,} drained, c{args.concurrency}")
+    print(f"| job ids | single enqueue/s | `enqueue_many`/s | {drain} jobs/s |")
+    print("|---|---:|---:|---:|")
+    for kind in KINDS:
+        cells = [rounds_cell(column) for column in zip(*results[kind], strict=True)]
+        print(f"| {kind} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
