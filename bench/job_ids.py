@@ -17,7 +17,6 @@ part of the test suite, and not adopted: see bench/README.md, "Job ids in creati
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -66,8 +65,7 @@ def one_run(kind, db, base, count, concurrency, retry):
     if made is not None and made.version != (7 if kind == "ordered" else 4):
         raise SystemExit(f"the {kind} run made a version {made.version} id")
     new = Job.objects.exclude(queue_name="old")
-    if db == "postgres":
-        vacuum()
+    vacuum()
     n = min(count, 3_000)
     start = time.perf_counter()
     for _ in range(n):
@@ -78,8 +76,7 @@ def one_run(kind, db, base, count, concurrency, retry):
     noop.enqueue_many([((), {})] * n)
     bulk = n / (time.perf_counter() - start)
     new.delete()
-    if db == "postgres":
-        vacuum()
+    vacuum()
     if retry:
         rate = jobsite_retry_drain(url, count, concurrency)
     else:
@@ -100,34 +97,13 @@ def main():
     if args.kind:
         one_run(args.kind, args.db, args.base, args.jobs, args.concurrency, args.retry)
         return
-    from bench.throughput import log, rounds_cell
+    from bench.throughput import alternated_runs, print_rounds_table
 
-    results = {kind: [] for kind in KINDS}
-    for round_ in range(args.rounds):
-        # Alternate which kind goes first, so neither always runs on a warmer machine.
-        for kind in KINDS if round_ % 2 == 0 else KINDS[::-1]:
-            run = subprocess.run(
-                [sys.executable, __file__, "--kind", kind, "--db", args.db,
-                 "--base", str(args.base), "--jobs", str(args.jobs),
-                 "--concurrency", str(args.concurrency)] + (["--retry"] if args.retry else []),
-                cwd=ROOT, capture_output=True, text=True,
-            )  # fmt: skip
-            if run.returncode != 0:
-                raise SystemExit(f"the {kind!r} run failed:\n{run.stdout}{run.stderr}")
-            line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
-            single, bulk, rate = (float(v) for v in line.split()[1:])
-            log(
-                f"round {round_ + 1} {kind}: {single:,.0f} single/s, {bulk:,.0f} bulk/s, "
-                f"drain {rate:,.0f} jobs/s"
-            )
-            results[kind].append((single, bulk, rate))
-    drain = "retry-heavy drain" if args.retry else "drain"
+    args_ = ["--db", args.db, "--base", str(args.base), "--jobs", str(args.jobs)]
+    args_ += ["--concurrency", str(args.concurrency)] + (["--retry"] if args.retry else [])
+    results = alternated_runs(__file__, "--kind", KINDS, args.rounds, args_)
     print(f"\n{args.db}, {args.base:,} finished jobs, {args.jobs:,} drained, c{args.concurrency}")
-    print(f"| job ids | single enqueue/s | `enqueue_many`/s | {drain} jobs/s |")
-    print("|---|---:|---:|---:|")
-    for kind in KINDS:
-        cells = [rounds_cell(column) for column in zip(*results[kind], strict=True)]
-        print(f"| {kind} | " + " | ".join(cells) + " |")
+    print_rounds_table("job ids", "retry-heavy drain" if args.retry else "drain", results)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ child process per run): one-at-a-time enqueues, `enqueue_many`, and the burst dr
 """
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -75,32 +74,12 @@ def main():
     if args.layout:
         one_run(args.layout, args.jobs, args.concurrency)
         return
-    from bench.throughput import log, rounds_cell
+    from bench.throughput import alternated_runs, print_rounds_table
 
-    results = {layout: [] for layout in LAYOUTS}
-    for round_ in range(args.rounds):
-        # Alternate which layout goes first, so neither always runs on a warmer machine.
-        for layout in LAYOUTS if round_ % 2 == 0 else LAYOUTS[::-1]:
-            run = subprocess.run(
-                [sys.executable, __file__, "--layout", layout, "--jobs", str(args.jobs),
-                 "--concurrency", str(args.concurrency)],
-                cwd=ROOT, capture_output=True, text=True,
-            )  # fmt: skip
-            if run.returncode != 0:
-                raise SystemExit(f"the {layout!r} run failed:\n{run.stdout}{run.stderr}")
-            line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
-            single, bulk, rate = (float(v) for v in line.split()[1:])
-            log(
-                f"round {round_ + 1} {layout}: {single:,.0f} single/s, {bulk:,.0f} bulk/s, "
-                f"drain {rate:,.0f} jobs/s"
-            )
-            results[layout].append((single, bulk, rate))
+    args_ = ["--jobs", str(args.jobs), "--concurrency", str(args.concurrency)]
+    results = alternated_runs(__file__, "--layout", LAYOUTS, args.rounds, args_)
     print()
-    print("| list indexes | single enqueue/s | `enqueue_many`/s | drain jobs/s |")
-    print("|---|---:|---:|---:|")
-    for layout in LAYOUTS:
-        cells = [rounds_cell(column) for column in zip(*results[layout], strict=True)]
-        print(f"| {layout} | " + " | ".join(cells) + " |")
+    print_rounds_table("list indexes", "drain", results)
 
 
 if __name__ == "__main__":

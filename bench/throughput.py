@@ -34,6 +34,38 @@ def rounds_cell(values) -> str:
     return " / ".join(f"{v:,.0f}" for v in values) + f" (median {statistics.median(values):,.0f})"
 
 
+def alternated_runs(script, option, sides, rounds, args) -> dict:
+    """Child runs of `script` (`option side` plus `args`), one per side in each round, the sides
+    in alternating order so neither always runs on a warmer machine. Each child prints one line
+    `RESULT single bulk drain`; returns {side: [(single, bulk, drain) of each round]}."""
+    results: dict = {side: [] for side in sides}
+    for round_ in range(rounds):
+        for side in sides if round_ % 2 == 0 else sides[::-1]:
+            run = subprocess.run(
+                [sys.executable, str(script), option, side, *args],
+                cwd=ROOT, capture_output=True, text=True,
+            )  # fmt: skip
+            if run.returncode != 0:
+                raise SystemExit(f"the {side!r} run failed:\n{run.stdout}{run.stderr}")
+            line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
+            single, bulk, rate = (float(v) for v in line.split()[1:])
+            log(
+                f"round {round_ + 1} {side}: {single:,.0f} single/s, {bulk:,.0f} bulk/s, "
+                f"drain {rate:,.0f} jobs/s"
+            )
+            results[side].append((single, bulk, rate))
+    return results
+
+
+def print_rounds_table(what, drain, results):
+    """The Markdown table of `alternated_runs`' results, one row per side."""
+    print(f"| {what} | single enqueue/s | `enqueue_many`/s | {drain} jobs/s |")
+    print("|---|---:|---:|---:|")
+    for side, rounds in results.items():
+        cells = [rounds_cell(column) for column in zip(*rounds, strict=True)]
+        print(f"| {side} | " + " | ".join(cells) + " |")
+
+
 def scratch_database(kind):
     if kind == "sqlite":
         path = Path(tempfile.mkdtemp(prefix="jobsite-bench-")) / "bench.sqlite3"
