@@ -67,9 +67,11 @@ class JobListQuery:
         )
 
     def page(self) -> Page:
-        jobs = queries.filtered_jobs(state=self.state, queue=self.queue, task=self.task, q=self.q)
+        jobs, order = queries.listed_jobs(
+            state=self.state, queue=self.queue, task=self.task, q=self.q
+        )
         return keyset_page(
-            jobs.only(*JOB_COLUMNS), time_field="enqueued_at", cursor=self.cursor, limit=self.limit
+            jobs.only(*JOB_COLUMNS), order=order, cursor=self.cursor, limit=self.limit
         )
 
 

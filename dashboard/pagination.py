@@ -11,7 +11,12 @@ from datetime import datetime
 from django.core import signing
 from django.db.models import Q
 
+from jobs.listing import Order
+
 SALT = "jobsite.dashboard.cursor"
+# The lists not of jobs by enqueue time (jobs.listing has those), each on its table's row.
+FINISHED = Order("finished_at")  # dead letters
+CREATED = Order("created_at")  # workflows
 # Page sizes, of the console and the API alike.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -49,18 +54,18 @@ class Page:
     is_first: bool
 
 
-def keyset_page(queryset, *, time_field, cursor: Cursor | None, limit: int) -> Page:
-    """One page of `queryset` ordered by `time_field` then id, both descending."""
+def keyset_page(queryset, *, order: Order, cursor: Cursor | None, limit: int) -> Page:
+    """One page of `queryset` in `order`: its time, then id, both descending."""
     if cursor is not None:
         # (time, id) < (cursor.at, cursor.id), with the first term alone as a bound the
         # planner can use for an index range; the OR by itself would not be.
-        queryset = queryset.filter(**{f"{time_field}__lte": cursor.at}).filter(
-            Q(**{f"{time_field}__lt": cursor.at}) | Q(id__lt=cursor.id)
+        queryset = queryset.filter(**{f"{order.time}__lte": cursor.at}).filter(
+            Q(**{f"{order.time}__lt": cursor.at}) | Q(**{f"{order.id}__lt": cursor.id})
         )
-    rows = list(queryset.order_by(f"-{time_field}", "-id")[: limit + 1])
+    rows = list(queryset.order_by(*order.order_by)[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = Cursor(at=getattr(last, time_field), id=last.id).encode()
+        next_cursor = Cursor(at=getattr(last, order.row_time), id=last.id).encode()
     return Page(rows=rows, next_cursor=next_cursor, is_first=cursor is None)

@@ -10,17 +10,19 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.db.models.functions import TruncMinute
 
+from jobs import listing
 from jobs.db.console_sql import read_timestamp
+from jobs.listing import Order
 from jobs.models import Attempt, AuditEntry, Job
 from jobs.search import search
 from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
 from .columns import LIST_COLUMNS
 from .counts import STATE_CAP, Tally, tally
-from .pagination import Page, keyset_page
+from .pagination import FINISHED, Page, keyset_page
 
 # The loose index scan stops after this many names; beyond it the list would not help anyone.
 MAX_NAMES = 500
@@ -41,7 +43,7 @@ def distinct_names(column: str, limit: int = MAX_NAMES) -> list[str]:
     """Distinct values of an indexed column, one index probe per value (a loose index scan)."""
     if column not in ("queue_name", "task_path"):
         raise ValueError(column)
-    table = connection.ops.quote_name(Job._meta.db_table)
+    table = listing.names_table()
     sql = f"""
         WITH RECURSIVE names(name, n) AS (
             SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1), 1
@@ -92,21 +94,28 @@ def attempts_per_minute(now: datetime, minutes: int = 60) -> list[Minute]:
 # Lists.
 
 
-def filtered_jobs(*, state=None, queue=None, task=None, q=None, error=None, workflow=None):
+def listed_jobs(
+    *, state=None, queue=None, task=None, q=None, error=None, workflow=None, order=None
+) -> tuple[QuerySet, Order]:
+    """The jobs matching the console's filters, and the order their pages walk: `order` for a
+    list with one of its own (dead letters), else newest first as jobs.listing picks it."""
     jobs = Job.objects.all()
     if workflow:
         jobs = jobs.filter(workflow_id=workflow)
-    if state:
-        jobs = jobs.filter(state=state)
-    if queue:
-        jobs = jobs.filter(queue_name=queue)
-    if task:
-        jobs = jobs.filter(task_path=task)
     if error:
         jobs = jobs.filter(error_type=error)
+    jobs, newest = listing.newest_first(
+        jobs, state=state, queue=queue, task=task, on_the_row=bool(order or workflow)
+    )
+    order = order or newest
     if q:
-        jobs = search(jobs, q, task_paths=distinct_names("task_path"))
-    return jobs
+        jobs = search(jobs, q, task_paths=distinct_names("task_path"), order=order)
+    return jobs, order
+
+
+def filtered_jobs(**filters) -> QuerySet:
+    """The jobs matching the console's filters (listed_jobs' keywords)."""
+    return listed_jobs(**filters)[0]
 
 
 def describe_filter(filters: dict) -> str:
@@ -115,17 +124,17 @@ def describe_filter(filters: dict) -> str:
 
 
 def jobs_page(filters: dict, *, cursor, limit) -> Page:
-    jobs = filtered_jobs(**filters).only(*LIST_COLUMNS)
-    return keyset_page(jobs, time_field="enqueued_at", cursor=cursor, limit=limit)
+    jobs, order = listed_jobs(**filters)
+    return keyset_page(jobs.only(*LIST_COLUMNS), order=order, cursor=cursor, limit=limit)
 
 
 def dead_letters(filters: dict):
-    return filtered_jobs(state=JobState.DEAD_LETTER, **filters)
+    return filtered_jobs(state=JobState.DEAD_LETTER, order=FINISHED, **filters)
 
 
 def dead_letter_page(filters: dict, *, cursor, limit) -> Page:
     jobs = dead_letters(filters).only(*LIST_COLUMNS)
-    return keyset_page(jobs, time_field="finished_at", cursor=cursor, limit=limit)
+    return keyset_page(jobs, order=FINISHED, cursor=cursor, limit=limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

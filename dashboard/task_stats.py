@@ -3,7 +3,7 @@
 No query reads more than a window of rows through an index, whatever the size of the tables:
 the task list summarises the `RECENT_ATTEMPTS` most recent attempts (the `attempt_recent`
 index); one task's page the attempts of its `TASK_JOBS` most recent jobs (an index-only scan of
-`job_task_recent`, then the attempts' (job, number) index). The pages say which window they show.
+the task's list order, jobs.listing.newest_of_task, then the attempts' (job, number) index). The pages say which window they show.
 """
 
 import math
@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.db.models import F
 from django.db.models.functions import Substr
 
+from jobs import listing
 from jobs.models import Attempt, Job
 from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
@@ -147,12 +148,7 @@ class TaskDetail:
 
 def task_detail(task_path: str) -> TaskDetail | None:
     """One task's figures over its most recent jobs, or None when no job has that task."""
-    # Only columns of the job_task_recent index: an index-only scan of that one range.
-    recent = list(
-        Job.objects.filter(task_path=task_path)
-        .order_by("-enqueued_at", "-id")
-        .values_list("id", "enqueued_at")[: TASK_JOBS + 1]
-    )
+    recent = listing.newest_of_task(task_path, TASK_JOBS + 1)
     if not recent:
         return None
     complete = len(recent) <= TASK_JOBS

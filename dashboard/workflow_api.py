@@ -8,7 +8,7 @@ from jobs.models import Workflow
 from .api import decode_cursor, find_by_id, parse_limit, refuse_parameters, single_values
 from .auth import api_view
 from .columns import JOB_COLUMNS
-from .pagination import keyset_page
+from .pagination import CREATED, keyset_page
 from .serializers import error, job_json, page_response
 
 SOURCE = "api"
@@ -54,7 +54,7 @@ def workflow_list(request):
     cursor = values.get("cursor")
     page = keyset_page(
         Workflow.objects.all(),
-        time_field="created_at",
+        order=CREATED,
         cursor=decode_cursor(cursor) if cursor is not None else None,
         limit=parse_limit(values.get("limit")),
     )

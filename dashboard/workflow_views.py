@@ -12,7 +12,7 @@ from .access import operator_required
 from .errors import error_page
 from .forms import ListFilterForm
 from .pages import console_page, render_page
-from .pagination import keyset_page
+from .pagination import CREATED, keyset_page
 from .permissions import can_operate
 from .workflow_graph import GRAPH_LIMIT, draw, layer_counts
 
@@ -35,7 +35,7 @@ def workflow_list(request):
         data = form.cleaned_data
         page = keyset_page(
             Workflow.objects.all(),
-            time_field="created_at",
+            order=CREATED,
             cursor=data["cursor"],
             limit=data["limit"],
         )

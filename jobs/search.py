@@ -34,6 +34,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import BooleanField, Expression, ExpressionWrapper, F, Func, Q, TextField
 
+from . import listing
 from .db import search_sql
 
 # An id prefix shorter than this would match too much to be what anyone meant.
@@ -99,8 +100,9 @@ def _plain_in_json(needle: str) -> bool:
     return not any(c in '"\\' or c < " " for c in needle)
 
 
-def search(queryset, text: str, *, task_paths=()):
-    """`queryset` narrowed to the jobs matching `text`, in the form that pages fastest."""
+def search(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW):
+    """`queryset` narrowed to the jobs matching `text`, in the form that pages fastest when
+    paged in `order` (a jobs.listing.Order)."""
     queryset = queryset.alias(
         _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
         _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
@@ -111,7 +113,7 @@ def search(queryset, text: str, *, task_paths=()):
     if not search_sql.indexes_text():
         return queryset.filter(indexed)
     by_row = matching(text, task_paths=task_paths, by_row=True)
-    common = _common_among_newest(queryset, by_row)
+    common = _common_among_newest(queryset, by_row, order)
     return queryset.filter(_Matching(indexed, by_row, common=common))
 
 
@@ -142,10 +144,10 @@ class _Matching(Expression):
         return compiler.compile(self.indexed)
 
 
-def _common_among_newest(queryset, condition: Q) -> bool:
+def _common_among_newest(queryset, condition: Q, order) -> bool:
     """Do at least `COMMON_IN_PROBE` of the newest `PROBE_ROWS` jobs of `queryset` match?"""
     newest = (
-        queryset.order_by("-enqueued_at", "-id")
+        queryset.order_by(*order.order_by)
         .annotate(_search_hit=ExpressionWrapper(condition, output_field=BooleanField()))
         .values("_search_hit")[:PROBE_ROWS]
     )

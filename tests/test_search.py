@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from dashboard.pagination import Cursor, keyset_page
 from jobs.db.search_sql import search_numbers, search_strings
+from jobs.listing import ON_THE_ROW
 from jobs.models import Job
 from jobs.search import COMMON_IN_PROBE, search
 from jobs.states import JobState
@@ -109,7 +110,7 @@ def test_a_text_many_jobs_hold_pages_through_every_match_newest_first():
     seen, cursor = [], None
     while True:
         page = keyset_page(
-            search(Job.objects.all(), "smtp"), time_field="enqueued_at", cursor=cursor, limit=4
+            search(Job.objects.all(), "smtp"), order=ON_THE_ROW, cursor=cursor, limit=4
         )
         seen += [job.id for job in page.rows]
         if page.next_cursor is None:

@@ -15,7 +15,7 @@ part:
 from .audit import AuditEntry, AuditRecord
 from .control import LimitOverride, LimitStart, PausedQueue, WorkerNode, WorkerNodeQuerySet
 from .counters import CounterDelta, CounterDeltaQuerySet, JobCountDelta
-from .job import ACTIVE_STATES, TERMINAL_STATES, Attempt, Job, JobQuerySet, LogLine
+from .job import ACTIVE_STATES, TERMINAL_STATES, Attempt, Job, JobQuerySet, Listing, LogLine
 from .schedule import Schedule, ScheduleAuditEntry
 from .workflow import Dependency, Workflow
 
@@ -33,6 +33,7 @@ __all__ = [
     "JobQuerySet",
     "LimitOverride",
     "LimitStart",
+    "Listing",
     "LogLine",
     "PausedQueue",
     "Schedule",

@@ -242,6 +242,34 @@ class Job(models.Model):
         return self.max_attempts - self.attempts_given_back
 
 
+class Listing(models.Model):
+    """Where a job stands in the console's lists, written once when it is inserted (PostgreSQL
+    only: migration 0023, on the table that also holds the arguments' search text).
+
+    The lists newest first, by queue and by task walk the indexes on this table instead of the
+    job row, which every claim and finish rewrites (jobs.listing says which list walks which).
+    """
+
+    job = models.OneToOneField(
+        Job,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,  # the job's delete trigger removes the row
+        db_constraint=False,
+        db_column="job_id",
+        related_name="listing",
+    )
+    enqueued_at = models.DateTimeField()
+    queue_name = models.CharField(max_length=QUEUE_NAME_MAX)
+    task_path = models.CharField(max_length=255)
+
+    class Meta:
+        managed = False
+        db_table = "jobs_searchtext"
+
+    def __str__(self):
+        return f"{self.task_path} in {self.queue_name} at {self.enqueued_at}"
+
+
 class Attempt(models.Model):
     """One execution of a job. Append-only: written once, when the attempt ends."""
 
