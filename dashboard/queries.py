@@ -17,7 +17,7 @@ from jobs import listing
 from jobs.db.console_sql import read_timestamp
 from jobs.listing import Order
 from jobs.models import Attempt, AuditEntry, Job
-from jobs.search import search
+from jobs.search import is_common, search
 from jobs.states import AttemptOutcome, JobState, is_failed_attempt
 
 from .columns import LIST_COLUMNS
@@ -104,13 +104,18 @@ def listed_jobs(
         jobs = jobs.filter(workflow_id=workflow)
     if error:
         jobs = jobs.filter(error_type=error)
-    jobs, newest = listing.newest_first(
-        jobs, state=state, queue=queue, task=task, on_the_row=bool(order or workflow)
-    )
+    narrowed = {"state": state, "queue": queue, "task": task}
+    walked, newest = listing.newest_first(jobs, **narrowed, on_the_row=bool(order or workflow))
     order = order or newest
     if q:
-        jobs = search(jobs, q, task_paths=distinct_names("task_path"), order=order)
-    return jobs, order
+        names = distinct_names("task_path")
+        common = is_common(walked, q, task_paths=names, order=order)
+        if not common and order == listing.LISTED:
+            # A rare text's matches come from the search indexes and are sorted: by the job
+            # row's own columns, with no lookup of each match's listing.
+            walked, order = listing.newest_first(jobs, **narrowed, on_the_row=True)
+        walked = search(walked, q, task_paths=names, order=order, common=common)
+    return walked, order
 
 
 def filtered_jobs(**filters) -> QuerySet:

@@ -3,7 +3,8 @@
 No query reads more than a window of rows through an index, whatever the size of the tables:
 the task list summarises the `RECENT_ATTEMPTS` most recent attempts (the `attempt_recent`
 index); one task's page the attempts of its `TASK_JOBS` most recent jobs (an index-only scan of
-the task's list order, jobs.listing.newest_of_task, then the attempts' (job, number) index). The pages say which window they show.
+the task's list order, `jobs.listing.newest_of_task`, then the attempts' (job, number) index).
+The pages say which window they show.
 """
 
 import math

@@ -100,21 +100,36 @@ def _plain_in_json(needle: str) -> bool:
     return not any(c in '"\\' or c < " " for c in needle)
 
 
-def search(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW):
+def search(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW, common=None):
     """`queryset` narrowed to the jobs matching `text`, in the form that pages fastest when
-    paged in `order` (a jobs.listing.Order)."""
-    queryset = queryset.alias(
+    paged in `order` (a jobs.listing.Order). `common`: what `is_common` answered, when the
+    caller already asked."""
+    queryset = _searchable(queryset)
+    indexed = matching(text, task_paths=task_paths)
+    if not search_sql.indexes_text():
+        return queryset.filter(indexed)
+    by_row = matching(text, task_paths=task_paths, by_row=True)
+    if common is None:
+        common = _common_among_newest(queryset, by_row, order)
+    return queryset.filter(_Matching(indexed, by_row, common=common))
+
+
+def is_common(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW) -> bool:
+    """Is `text` common among the newest jobs of `queryset` in `order`, so that a page of its
+    matches is found by walking that order (False where no index holds the text)?"""
+    if not search_sql.indexes_text():
+        return False
+    by_row = matching(text, task_paths=task_paths, by_row=True)
+    return _common_among_newest(_searchable(queryset), by_row, order)
+
+
+def _searchable(queryset):
+    return queryset.alias(
         _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
         _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
         _search_errors=search_sql.ErrorText(),
         _search_json=search_sql.ArgumentsJson(),
     )
-    indexed = matching(text, task_paths=task_paths)
-    if not search_sql.indexes_text():
-        return queryset.filter(indexed)
-    by_row = matching(text, task_paths=task_paths, by_row=True)
-    common = _common_among_newest(queryset, by_row, order)
-    return queryset.filter(_Matching(indexed, by_row, common=common))
 
 
 class _Matching(Expression):

@@ -12,6 +12,7 @@ from dashboard import queries
 from dashboard.pagination import Cursor
 from jobs import listing
 from jobs.models import Job, Listing
+from jobs.search import COMMON_IN_PROBE
 from jobs.states import JobState
 from tests.factories import make_job
 
@@ -162,3 +163,20 @@ def test_every_list_pages_its_jobs_once_newest_first_whichever_index_it_walks(fi
         cursor = Cursor.decode(page.next_cursor)
 
     assert expected and seen == expected
+
+
+def page_sql(**filters) -> str:
+    with CaptureQueriesContext(connection) as captured:
+        queries.jobs_page(filters, cursor=None, limit=50)
+    return captured.captured_queries[-1]["sql"]
+
+
+@on_postgres
+def test_a_rare_text_s_matches_are_sorted_on_the_job_row_and_a_common_one_walks_the_listing():
+    for n in range(COMMON_IN_PROBE):
+        make_job(kwargs={"email": f"ann-{n}@example.com"})
+    make_job(kwargs={"email": "bob@example.org"})
+    joined = 'INNER JOIN "jobs_searchtext"'
+
+    assert joined in page_sql(q="example.com")
+    assert joined not in page_sql(q="bob@example.org")
