@@ -34,7 +34,6 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import BooleanField, Expression, ExpressionWrapper, F, Func, Q, TextField
 
-from . import listing
 from .db import search_sql
 
 # An id prefix shorter than this would match too much to be what anyone meant.
@@ -100,10 +99,10 @@ def _plain_in_json(needle: str) -> bool:
     return not any(c in '"\\' or c < " " for c in needle)
 
 
-def search(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW, common=None):
+def search(queryset, text: str, *, order, task_paths=(), common=None):
     """`queryset` narrowed to the jobs matching `text`, in the form that pages fastest when
-    paged in `order` (a jobs.listing.Order). `common`: what `is_common` answered, when the
-    caller already asked."""
+    paged in `order` (a jobs.listing.Order, which an index must give: a common text's probe
+    walks it). `common`: what `is_common` answered, when the caller already asked."""
     queryset = _searchable(queryset)
     indexed = matching(text, task_paths=task_paths)
     if not search_sql.indexes_text():
@@ -114,7 +113,7 @@ def search(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW, comm
     return queryset.filter(_Matching(indexed, by_row, common=common))
 
 
-def is_common(queryset, text: str, *, task_paths=(), order=listing.ON_THE_ROW) -> bool:
+def is_common(queryset, text: str, *, order, task_paths=()) -> bool:
     """Is `text` common among the newest jobs of `queryset` in `order`, so that a page of its
     matches is found by walking that order (False where no index holds the text)?"""
     if not search_sql.indexes_text():
