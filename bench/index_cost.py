@@ -5,8 +5,7 @@ database, alternately with the named indexes in place and dropped (each dropped 
 again, on the then empty table, for the next round), so both sides share the machine's moods.
 The tables are vacuumed before each round, so no round walks past the last one's dead rows:
 
-    .venv/bin/python bench/index_cost.py --index job_recent --index job_queue_recent \
-        --index job_task_recent                                    # the immutable-column lists
+    .venv/bin/python bench/index_cost.py --index job_state_recent     # the list by state
     .venv/bin/python bench/index_cost.py --retry --index job_search_errors
 
 `--retry` drains jobs that each fail once and then succeed (bench/baseline.py's retry-heavy
