@@ -24,6 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def one_run(checkout: Path, db, base, count, concurrency, retry):
     """In this process, with `checkout`'s code only: prints one RESULT line."""
     sys.path.insert(0, str(checkout))
+    fresh_database_run(db, base, count, concurrency, retry, root=checkout)
+
+
+def fresh_database_run(db, base, count, concurrency, retry, *, root=None, before=None, made=None):
+    """In this process, a fresh database: `base` finished jobs, then one-at-a-time enqueues and
+    `enqueue_many` timed, then the burst drain (from the checkout at `root`, by default the one
+    imported); prints one line `RESULT single bulk drain`. `before()` runs before any job is
+    made, `made(Job)` once the finished jobs are there (bench/job_ids.py's checks)."""
     from bench.baseline import jobsite_drain, jobsite_retry_drain
     from bench.throughput import scratch_database, setup_django, vacuum
 
@@ -34,6 +42,8 @@ def one_run(checkout: Path, db, base, count, concurrency, retry):
     from jobs.models import Job
     from jobsite.tasks import noop
 
+    if before:
+        before()
     for start in range(0, base, 10_000):
         noop.enqueue_many([((), {})] * min(10_000, base - start))
     with connection.cursor() as cursor:
@@ -41,6 +51,8 @@ def one_run(checkout: Path, db, base, count, concurrency, retry):
         cursor.execute(
             "UPDATE jobs_job SET state = 'cancelled', finished_at = enqueued_at, queue_name = 'old'"
         )
+    if made:
+        made(Job)
     new = Job.objects.exclude(queue_name="old")
     vacuum()
     n = min(count, 3_000)
@@ -54,10 +66,11 @@ def one_run(checkout: Path, db, base, count, concurrency, retry):
     bulk = n / (time.perf_counter() - start)
     new.delete()
     vacuum()
+    at = {"root": root} if root else {}
     if retry:
-        rate = jobsite_retry_drain(url, count, concurrency, root=checkout)
+        rate = jobsite_retry_drain(url, count, concurrency, **at)
     else:
-        rate, _ = jobsite_drain(url, count, concurrency, root=checkout)
+        rate, _ = jobsite_drain(url, count, concurrency, **at)
     print(f"RESULT {single:.0f} {bulk:.0f} {rate:.0f}", flush=True)
 
 

@@ -42,46 +42,18 @@ def ordered_id() -> uuid.UUID:
 
 def one_run(kind, db, base, count, concurrency, retry):
     """In this process: a fresh database whose jobs get `kind` ids; prints one RESULT line."""
-    from bench.baseline import jobsite_drain, jobsite_retry_drain
-    from bench.throughput import scratch_database, setup_django, vacuum
+    from bench.checkout_ab import fresh_database_run
 
-    url = scratch_database(db)
-    setup_django(url)
-    from django.db import connection
-
-    from jobs.models import Job
-    from jobsite.tasks import noop
-
-    if kind == "ordered":
+    def use_ordered_ids():
         uuid.uuid4 = ordered_id  # read at each call by jobs.backend, which makes the job ids
-    for start in range(0, base, 10_000):
-        noop.enqueue_many([((), {})] * min(10_000, base - start))
-    with connection.cursor() as cursor:
-        # Finished long ago (cancelled: the drain's checks count succeeded jobs and attempts).
-        cursor.execute(
-            "UPDATE jobs_job SET state = 'cancelled', finished_at = enqueued_at, queue_name = 'old'"
-        )
-    made = Job.objects.values_list("id", flat=True).first()
-    if made is not None and made.version != (7 if kind == "ordered" else 4):
-        raise SystemExit(f"the {kind} run made a version {made.version} id")
-    new = Job.objects.exclude(queue_name="old")
-    vacuum()
-    n = min(count, 3_000)
-    start = time.perf_counter()
-    for _ in range(n):
-        noop.enqueue()
-    single = n / (time.perf_counter() - start)
-    new.delete()
-    start = time.perf_counter()
-    noop.enqueue_many([((), {})] * n)
-    bulk = n / (time.perf_counter() - start)
-    new.delete()
-    vacuum()
-    if retry:
-        rate = jobsite_retry_drain(url, count, concurrency)
-    else:
-        rate, _ = jobsite_drain(url, count, concurrency)
-    print(f"RESULT {single:.0f} {bulk:.0f} {rate:.0f}", flush=True)
+
+    def check_version(Job):
+        made = Job.objects.values_list("id", flat=True).first()
+        if made is not None and made.version != (7 if kind == "ordered" else 4):
+            raise SystemExit(f"the {kind} run made a version {made.version} id")
+
+    before = use_ordered_ids if kind == "ordered" else None
+    fresh_database_run(db, base, count, concurrency, retry, before=before, made=check_version)
 
 
 def main():
