@@ -110,27 +110,24 @@ def test_the_lists_newest_first_by_queue_and_by_task_walk_the_listing(filters, i
 
 
 @on_postgres
-def test_a_list_by_state_and_queue_walks_whichever_holds_fewer_jobs():
+@pytest.mark.parametrize(
+    ("column", "name", "rare", "usual"),
+    [
+        ("queue_name", "queue", "rare", "default"),
+        ("task_path", "task", "tests.tasks.record", "tests.tasks.add"),
+    ],
+)
+def test_a_list_by_state_and_queue_or_task_walks_whichever_holds_fewer_jobs(
+    column, name, rare, usual
+):
     for _ in range(3):
-        make_job(JobState.SUCCEEDED, queue_name="rare")
+        make_job(JobState.SUCCEEDED, **{column: rare})
     for _ in range(10):
         make_job(JobState.SUCCEEDED)
     make_job(JobState.DEAD_LETTER)
 
-    assert order_of(state=JobState.SUCCEEDED, queue="rare") == listing.LISTED
-    assert order_of(state=JobState.DEAD_LETTER, queue="default") == listing.ON_THE_ROW
-
-
-@on_postgres
-def test_a_list_by_state_and_task_walks_whichever_holds_fewer_jobs():
-    for _ in range(3):
-        make_job(JobState.SUCCEEDED, task_path="tests.tasks.record")
-    for _ in range(10):
-        make_job(JobState.SUCCEEDED)
-    make_job(JobState.DEAD_LETTER)
-
-    assert order_of(state=JobState.SUCCEEDED, task="tests.tasks.record") == listing.LISTED
-    assert order_of(state=JobState.DEAD_LETTER, task="tests.tasks.add") == listing.ON_THE_ROW
+    assert order_of(state=JobState.SUCCEEDED, **{name: rare}) == listing.LISTED
+    assert order_of(state=JobState.DEAD_LETTER, **{name: usual}) == listing.ON_THE_ROW
 
 
 @pytest.mark.parametrize(
