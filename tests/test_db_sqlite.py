@@ -3,12 +3,13 @@
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
+from django.tasks import task_backends
 from django.utils import timezone
 
 from jobs import db
 from jobs.db import sqlite
-from jobs.models import Job
+from jobs.models import CounterDelta, Job
 from jobsite.tasks import noop
 
 pytestmark = pytest.mark.skipif(
@@ -85,3 +86,68 @@ def test_a_failing_statement_on_sqlite3s_own_cursor_raises_djangos_database_erro
     with pytest.raises(OperationalError), sqlite.raw_cursor() as cursor:
         cursor.execute("SELECT * FROM no_such_table WHERE id = ?", [1])
     assert connection.errors_occurred
+
+
+def jobs_and_count():
+    return Job.objects.count(), CounterDelta.objects.totals().get("jobs_enqueued", 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_outside_a_transaction_commits_the_job_and_its_count_and_ends_its_own():
+    noop.enqueue()
+    assert not connection.connection.in_transaction
+    assert jobs_and_count() == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_insert_outside_a_transaction_leaves_nothing_open_and_the_next_one_lands():
+    row = task_backends["default"].job_row(noop, (), {})
+    db.insert_job(row)
+    with pytest.raises(IntegrityError):
+        db.insert_job(row)  # the same id again
+    assert not connection.connection.in_transaction
+    assert jobs_and_count() == (1, 1)
+    noop.enqueue()
+    assert jobs_and_count() == (2, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_count_fails_is_not_inserted_either():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TRIGGER no_counting BEFORE INSERT ON jobs_counterdelta "
+            "BEGIN SELECT RAISE(ABORT, 'counting refused'); END"
+        )
+    try:
+        with pytest.raises(IntegrityError, match="counting refused"):
+            noop.enqueue()
+        assert not connection.connection.in_transaction
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER no_counting")
+    assert jobs_and_count() == (0, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_in_the_callers_transaction_is_rolled_back_with_it():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        noop.enqueue()
+        assert connection.connection.in_transaction
+        raise RuntimeError
+    assert jobs_and_count() == (0, 0)
+    with transaction.atomic():
+        noop.enqueue()
+    assert jobs_and_count() == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_enqueue_with_autocommit_off_waits_for_the_callers_commit():
+    transaction.set_autocommit(False)
+    try:
+        noop.enqueue()
+        transaction.rollback()
+        noop.enqueue()
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert jobs_and_count() == (1, 1)
