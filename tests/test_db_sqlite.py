@@ -1,5 +1,6 @@
 """What only the SQLite engine does (jobs/db/sqlite.py)."""
 
+import sqlite3
 from datetime import timedelta
 
 import pytest
@@ -151,3 +152,19 @@ def test_an_enqueue_with_autocommit_off_waits_for_the_callers_commit():
     finally:
         transaction.set_autocommit(True)
     assert jobs_and_count() == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many_stays_within_sqlites_default_limit_on_parameters():
+    # Some builds raise the limit (Debian's: 250,000); SQLite's own default is 32,766.
+    connection.ensure_connection()
+    raw = connection.connection
+    raised = raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 32_766)
+    try:
+        ids = noop.enqueue_many([((), {"n": i}) for i in range(2_500)])
+    finally:
+        raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, raised)
+    assert len(ids) == 2_500
+    assert jobs_and_count() == (2_500, 2_500)
+    assert sorted(Job.objects.values_list("kwargs__n", flat=True)) == list(range(2_500))

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
+from .. import payload
 from ..states import CLAIMABLE, JobState
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import Engine
@@ -41,6 +42,9 @@ from .sql import (
     sql_state,
 )
 from .sqlite_wake import Wakeups, folder_for, waker_for
+
+# The columns of a job row that differ between the calls of one enqueue_many.
+VARYING = ("id", "args", "kwargs")
 
 # The values of an attempt row as `_insert_attempts` builds them (attempt_row() puts them in
 # the model's order; a column missing here fails loudly there).
@@ -124,6 +128,10 @@ def raw_cursor():
             cursor.close()
 
 
+def _count_enqueued(raw, n: int) -> None:
+    raw.execute(f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', ?)", [n])
+
+
 class SQLiteEngine(Engine):
     vendor = "sqlite"
     now = "jobsite_now()"
@@ -131,6 +139,7 @@ class SQLiteEngine(Engine):
 
     def __init__(self):
         self._finish_text: dict[int, str] = {}
+        self._insert_text: dict[int, str] = {}
 
     def after(self, expr):
         return f"jobsite_after({expr})"
@@ -266,11 +275,6 @@ class SQLiteEngine(Engine):
 
     # --- enqueue ------------------------------------------------------------------------------
 
-    @cached_property
-    def insert_one_sql(self) -> str:
-        names = ", ".join(c.name for c in job_inserted())
-        return f"INSERT INTO {JOB} ({names}) VALUES ({self._placeholders()})".replace("%s", "?")
-
     def insert_job(self, row: dict) -> None:
         """The job and its count in one transaction: the caller's, or else one begun and
         committed here on sqlite3's own cursor. Django's atomic() around two statements cost
@@ -290,31 +294,56 @@ class SQLiteEngine(Engine):
         self.notify()
 
     def _insert_one(self, raw, params: list) -> None:
-        raw.execute(self.insert_one_sql, params)
-        raw.execute(f"INSERT INTO {COUNTER} (name, value) VALUES ('jobs_enqueued', 1)")
+        raw.execute(self._insert_rows_sql(1), params)
+        _count_enqueued(raw, 1)
 
     def insert_job_batch(self, template: dict, calls) -> None:
+        """Multi-row INSERTs, each with as many rows as the connection's limit on parameters
+        allows (32,766 in SQLite's own builds, more in some others). The parameters of the
+        columns every row shares are built once; only the id and the arguments vary."""
         if not calls:
             return
-        with transaction.atomic(), connection.cursor() as cursor:
-            for start in range(0, len(calls), 1000):  # within SQLite's parameter limit
-                rows = [
-                    {**template, "id": i, "args": a, "kwargs": k}
-                    for i, a, k in calls[start : start + 1000]
-                ]
-                self._insert(cursor, rows)
-            self.add_counters({"jobs_enqueued": len(calls)}, cursor=cursor)
+        columns = job_inserted()
+        shared = self._params(template)
+        slots = [[i for i, c in enumerate(columns) if c.name == name][0] for name in VARYING]
+        dumps = payload.dumps
+        with transaction.atomic():
+            with raw_cursor() as raw:
+                limit = raw.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+                per_statement = max(1, min(1000, limit // len(columns)))
+                for start in range(0, len(calls), per_statement):
+                    chunk = calls[start : start + per_statement]
+                    params: list = []
+                    for job_id, args, kwargs in chunk:
+                        row = shared.copy()
+                        row[slots[0]], row[slots[1]], row[slots[2]] = (
+                            self.uuid_value(job_id),
+                            dumps(args),
+                            dumps(kwargs),
+                        )
+                        params += row
+                    raw.execute(self._insert_rows_sql(len(chunk)), params)
+                _count_enqueued(raw, len(calls))
+            self.notify()
+
+    def _insert_rows_sql(self, rows: int) -> str:
+        """An INSERT of `rows` new jobs (parameters: `_params` of each, in turn)."""
+        try:
+            return self._insert_text[rows]
+        except KeyError:
+            sql = self._insert_text[rows] = (
+                f"INSERT INTO {JOB} ({', '.join(c.name for c in job_inserted())}) VALUES "
+                + ", ".join([f"({self._placeholders()})"] * rows)
+            ).replace("%s", "?")
+            return sql
 
     def insert_jobs(self, rows: list[dict]) -> None:
         if not rows:
             return
-        inserted = job_inserted()
-        names = ", ".join(c.name for c in inserted)
-        sql = f"INSERT INTO {JOB} ({names}) VALUES ({self._placeholders()})".replace("%s", "?")
         with transaction.atomic():
             with raw_cursor() as raw:
-                raw.executemany(sql, [self._params(row) for row in rows])
-            self.add_counters({"jobs_enqueued": len(rows)})
+                raw.executemany(self._insert_rows_sql(1), [self._params(row) for row in rows])
+                _count_enqueued(raw, len(rows))
             self.notify()
 
     def link(self, edges, *, cursor=None) -> None:
@@ -350,13 +379,6 @@ class SQLiteEngine(Engine):
             else:
                 params.append(value)
         return params
-
-    def _insert(self, cursor, rows: list[dict]) -> None:
-        names = ", ".join(c.name for c in job_inserted())
-        row = f"({self._placeholders()})"
-        params = [p for r in rows for p in self._params(r)]
-        cursor.execute(f"INSERT INTO {JOB} ({names}) VALUES {', '.join([row] * len(rows))}", params)
-        self.notify()
 
     # --- finish -------------------------------------------------------------------------------
 
