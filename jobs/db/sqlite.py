@@ -278,7 +278,7 @@ class SQLiteEngine(Engine):
     def insert_job(self, row: dict) -> None:
         """The job and its count in one transaction: the caller's, or else one begun and
         committed here on sqlite3's own cursor. Django's atomic() around two statements cost
-        as much as the insert itself (bench/README.md, "A single enqueue on SQLite")."""
+        as much as the insert itself (bench/README.md, "Enqueues on SQLite")."""
         params = self._params(row)
         with raw_cursor() as raw:
             if not connection.get_autocommit():  # in atomic(), or the caller commits
