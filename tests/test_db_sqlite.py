@@ -5,10 +5,10 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.tasks import task_backends
 from django.utils import timezone
 
 from jobs import db
+from jobs.compat import task_backends
 from jobs.db import sqlite
 from jobs.models import CounterDelta, Job
 from jobsite.tasks import noop
