@@ -27,10 +27,10 @@ def one_run(checkout: Path, db, base, count, concurrency, retry):
     fresh_database_run(db, base, count, concurrency, retry, root=checkout)
 
 
-def fresh_database_run(db, base, count, concurrency, retry, *, root=None, before=None, made=None):
+def fresh_database_run(db, base, count, concurrency, retry, *, root=ROOT, before=None, made=None):
     """In this process, a fresh database: `base` finished jobs, then one-at-a-time enqueues and
-    `enqueue_many` timed, then the burst drain (from the checkout at `root`, by default the one
-    imported); prints one line `RESULT single bulk drain`. `before()` runs before any job is
+    `enqueue_many` timed, then the burst drain (from the checkout at `root`, by default this
+    one); prints one line `RESULT single bulk drain`. `before()` runs before any job is
     made, `made(Job)` once the finished jobs are there (bench/job_ids.py's checks)."""
     from bench.baseline import jobsite_drain, jobsite_retry_drain
     from bench.throughput import scratch_database, setup_django, vacuum
@@ -66,11 +66,10 @@ def fresh_database_run(db, base, count, concurrency, retry, *, root=None, before
     bulk = n / (time.perf_counter() - start)
     new.delete()
     vacuum()
-    at = {"root": root} if root else {}
     if retry:
-        rate = jobsite_retry_drain(url, count, concurrency, **at)
+        rate = jobsite_retry_drain(url, count, concurrency, root=root)
     else:
-        rate, _ = jobsite_drain(url, count, concurrency, **at)
+        rate, _ = jobsite_drain(url, count, concurrency, root=root)
     print(f"RESULT {single:.0f} {bulk:.0f} {rate:.0f}", flush=True)
 
 

@@ -305,7 +305,8 @@ class SQLiteEngine(Engine):
             return
         columns = job_inserted()
         shared = self._params(template)
-        slots = [[i for i, c in enumerate(columns) if c.name == name][0] for name in VARYING]
+        names = [c.name for c in columns]
+        id_at, args_at, kwargs_at = (names.index(name) for name in VARYING)
         dumps = payload.dumps
         with transaction.atomic():
             with raw_cursor() as raw:
@@ -316,11 +317,8 @@ class SQLiteEngine(Engine):
                     params: list = []
                     for job_id, args, kwargs in chunk:
                         row = shared.copy()
-                        row[slots[0]], row[slots[1]], row[slots[2]] = (
-                            self.uuid_value(job_id),
-                            dumps(args),
-                            dumps(kwargs),
-                        )
+                        row[id_at] = self.uuid_value(job_id)
+                        row[args_at], row[kwargs_at] = dumps(args), dumps(kwargs)
                         params += row
                     raw.execute(self._insert_rows_sql(len(chunk)), params)
                 _count_enqueued(raw, len(calls))
