@@ -201,10 +201,19 @@ class JobsBackend(BaseTaskBackend):
                     for job_id in self.enqueue_many(task.using(limit_key=key), group)
                 ]
         template = self.job_row(task, (), {})
-        batch = [(uuid.uuid4(), *payload.check_arguments(args, kwargs)) for args, kwargs in calls]
-        with tracing.enqueue_span(template, count=len(batch)):
-            db.insert_job_batch(template, batch)
-        ids = [job_id for job_id, _, _ in batch]
+        calls = list(calls)
+        ids: list[uuid.UUID] = []
+
+        def checked():
+            # Checked as the rows stream in: on PostgreSQL the server stores one chunk while
+            # the next is checked. A bad call raises inside the transaction, so nothing lands.
+            for args, kwargs in calls:
+                ids.append(job_id := uuid.uuid4())
+                yield job_id, *payload.checked_arguments(args, kwargs)[2:]
+
+        with tracing.enqueue_span(template, count=len(calls)):
+            if calls:
+                db.insert_job_batch(template, checked())
         if self.eager:
             from .eager import run_inline
 

@@ -16,10 +16,17 @@ MAX_BYTES = 1_048_576
 def check_arguments(args, kwargs) -> tuple[list, dict]:
     """Raise TypeError/ValueError unless `args` and `kwargs` are plain JSON within MAX_BYTES;
     return them normalised (a list and a dict)."""
+    args, kwargs, _, _ = checked_arguments(args, kwargs)
+    return args, kwargs
+
+
+def checked_arguments(args, kwargs) -> tuple[list, dict, str, str]:
+    """`check_arguments`, also returning the two JSON texts the database stores (`dumps`)."""
     args = check_json(list(args), "args")
     kwargs = check_json(dict(kwargs), "kwargs")
-    check_size(len(dumps(args)) + len(dumps(kwargs)), "args and kwargs")
-    return args, kwargs
+    args_json, kwargs_json = dumps(args), dumps(kwargs)
+    check_size(len(args_json) + len(kwargs_json), "args and kwargs")
+    return args, kwargs, args_json, kwargs_json
 
 
 def check_size(size: int, what: str):
@@ -93,4 +100,9 @@ def _check_encodable(text, path):
 
 
 def dumps(value) -> str:
+    if not value and type(value) in _EMPTY:  # most calls pass no kwargs, many no args
+        return _EMPTY[type(value)]
     return _encoder.encode(value)
+
+
+_EMPTY = {list: "[]", dict: "{}"}

@@ -335,6 +335,16 @@ def test_enqueue_many_with_one_bad_call_among_thousands_stores_nothing():
     assert CounterDelta.objects.totals()["jobs_enqueued"] == 5000
 
 
+def test_enqueue_many_with_a_bad_call_inside_a_transaction_leaves_the_transaction_usable():
+    calls = [((i,), {}) for i in range(3000)] + [((float("nan"),), {})]
+    with transaction.atomic():
+        before = tasks.add.enqueue(1, 1)
+        with pytest.raises(ValueError):
+            tasks.echo.enqueue_many(calls)
+        after = tasks.add.enqueue(2, 2)
+    assert {str(i) for i in Job.objects.values_list("id", flat=True)} == {before.id, after.id}
+
+
 def test_enqueue_many_refuses_non_json_and_stores_nothing():
     with pytest.raises(TypeError):
         tasks.echo.enqueue_many([((1,), {}), ((object(),), {})])

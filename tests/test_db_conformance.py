@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from jobs import db
 from jobs.models import Attempt, CounterDelta, Job, PausedQueue
+from jobs.payload import checked_arguments
 from jobs.states import FAILED_ATTEMPT, AttemptOutcome, DeadLetterReason, JobState
 from tests.conftest import ROOT
 from tests.factories import make_job
@@ -127,12 +128,26 @@ def test_a_job_enqueued_already_cancelled_is_finished_at_once(engine):
 def test_insert_job_batch_stores_every_call_with_its_arguments(engine):
     template = new_row(backoff={"strategy": "fixed", "delay": 1})
     calls = [(uuid.uuid4(), [i, "tab\there"], {"n": i, "q": "back\\slash"}) for i in range(3)]
-    db.insert_job_batch(template, calls)
+    db.insert_job_batch(template, ((i, *checked_arguments(a, k)[2:]) for i, a, k in calls))
     for job_id, args, kwargs in calls:
         job = Job.objects.get(id=job_id)
         assert (job.args, job.kwargs) == (args, kwargs)
         assert job.backoff == {"strategy": "fixed", "delay": 1}
     assert counters() == {"jobs_enqueued": 3}
+
+
+@pytest.mark.django_db
+def test_insert_job_batch_stores_nothing_when_its_calls_fail_midway(engine):
+    def calls():
+        for i in range(2500):  # past the first chunk on both engines
+            yield uuid.uuid4(), json.dumps([i]), "{}"
+        raise ValueError("a bad call")
+
+    with pytest.raises(ValueError, match="a bad call"):
+        db.insert_job_batch(new_row(), calls())
+    assert not Job.objects.exists() and counters() == {}
+    db.insert_job_batch(new_row(), ((uuid.uuid4(), "[1]", "{}") for _ in range(3)))
+    assert Job.objects.count() == 3 and counters() == {"jobs_enqueued": 3}
 
 
 # --- claim -----------------------------------------------------------------------------------

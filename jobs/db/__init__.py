@@ -83,7 +83,9 @@ def insert_job_batch(template: dict, calls) -> None:
     """Insert many new jobs that differ only in id, args and kwargs; all or none.
 
     `template` holds every other column of a pending row (as `insert_job` takes it); `calls`
-    are (id, args, kwargs), already checked. One transaction, one count, one wake-up.
+    is an iterable of (id, args JSON text, kwargs JSON text) as `payload.checked_arguments`
+    gives them, read once, chunk by chunk: if it raises, nothing is stored. One transaction,
+    one count, one wake-up.
     """
     engine().insert_job_batch(template, calls)
 

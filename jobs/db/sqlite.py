@@ -18,12 +18,12 @@ import uuid
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from itertools import batched
 
 from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
-from .. import payload
 from ..states import CLAIMABLE, JobState
 from .columns import FINISHED_AT, attempt_row, job_inserted
 from .engine import Engine
@@ -301,27 +301,27 @@ class SQLiteEngine(Engine):
         """Multi-row INSERTs, each with as many rows as the connection's limit on parameters
         allows (32,766 in SQLite's own builds, more in some others). The parameters of the
         columns every row shares are built once; only the id and the arguments vary."""
-        if not calls:
-            return
         columns = job_inserted()
         shared = self._params(template)
         names = [c.name for c in columns]
         id_at, args_at, kwargs_at = (names.index(name) for name in VARYING)
-        dumps = payload.dumps
         with transaction.atomic():
             with raw_cursor() as raw:
                 limit = raw.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
                 per_statement = max(1, min(1000, limit // len(columns)))
-                for start in range(0, len(calls), per_statement):
-                    chunk = calls[start : start + per_statement]
+                count = 0
+                for chunk in batched(calls, per_statement):
                     params: list = []
-                    for job_id, args, kwargs in chunk:
+                    for job_id, args_json, kwargs_json in chunk:
                         row = shared.copy()
                         row[id_at] = self.uuid_value(job_id)
-                        row[args_at], row[kwargs_at] = dumps(args), dumps(kwargs)
+                        row[args_at], row[kwargs_at] = args_json, kwargs_json
                         params += row
                     raw.execute(self._insert_rows_sql(len(chunk)), params)
-                _count_enqueued(raw, len(calls))
+                    count += len(chunk)
+                if not count:
+                    return
+                _count_enqueued(raw, count)
             self.notify()
 
     def _insert_rows_sql(self, rows: int) -> str:
