@@ -202,7 +202,7 @@ class JobsBackend(BaseTaskBackend):
                 ]
         template = self.job_row(task, (), {})
         calls = list(calls)
-        ids: list[uuid.UUID] = []
+        ids = []
 
         def checked():
             # Checked as the rows stream in: on PostgreSQL the server stores one chunk while

@@ -105,4 +105,4 @@ def dumps(value) -> str:
     return _encoder.encode(value)
 
 
-_EMPTY = {list: "[]", dict: "{}"}
+_EMPTY: dict[type, str] = {list: "[]", dict: "{}"}
