@@ -188,10 +188,11 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
+        calls = list(calls)
         if callable(getattr(task, "limit_key", None)):
             # One batch per key the calls compute, all in one transaction.
             by_key: dict = {}
-            for args, kwargs in calls:
+            for args, kwargs in _pairs(calls):
                 key = limit_key_for(task, list(args), dict(kwargs))
                 by_key.setdefault(key, []).append((args, kwargs))
             with transaction.atomic():
@@ -201,13 +202,12 @@ class JobsBackend(BaseTaskBackend):
                     for job_id in self.enqueue_many(task.using(limit_key=key), group)
                 ]
         template = self.job_row(task, (), {})
-        calls = list(calls)
         ids = []
 
         def checked():
             # Checked as the rows stream in: on PostgreSQL the server stores one chunk while
             # the next is checked. A bad call raises inside the transaction, so nothing lands.
-            for args, kwargs in calls:
+            for args, kwargs in _pairs(calls):
                 ids.append(job_id := uuid.uuid4())
                 yield job_id, *payload.checked_arguments(args, kwargs)[2:]
 
@@ -315,3 +315,16 @@ class JobsBackend(BaseTaskBackend):
         )
         object.__setattr__(result, "_return_value", job.return_value)
         return result
+
+
+def _pairs(calls):
+    """`enqueue_many`'s calls, each an (args, kwargs) pair; anything else is a clear error."""
+    for number, call in enumerate(calls, 1):
+        try:
+            args, kwargs = call
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"enqueue_many takes (args, kwargs) pairs, such as ((1, 2), {{}}); "
+                f"call {number} is {call!r:.80}"
+            ) from None
+        yield args, kwargs

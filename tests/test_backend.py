@@ -345,6 +345,14 @@ def test_enqueue_many_with_a_bad_call_inside_a_transaction_leaves_the_transactio
     assert {str(i) for i in Job.objects.values_list("id", flat=True)} == {before.id, after.id}
 
 
+@pytest.mark.parametrize("bad", [5, (1, 2, 3), "ab c", None])
+def test_enqueue_many_names_a_call_that_is_not_an_args_kwargs_pair(bad):
+    calls = [((i,), {}) for i in range(3)] + [bad]
+    with pytest.raises(TypeError, match=r"takes \(args, kwargs\) pairs.*call 4 is "):
+        tasks.echo.enqueue_many(calls)
+    assert not Job.objects.exists()
+
+
 def test_enqueue_many_refuses_non_json_and_stores_nothing():
     with pytest.raises(TypeError):
         tasks.echo.enqueue_many([((1,), {}), ((object(),), {})])
