@@ -353,6 +353,14 @@ def test_enqueue_many_names_a_call_that_is_not_an_args_kwargs_pair(bad):
     assert not Job.objects.exists()
 
 
+def test_enqueue_many_by_limit_key_names_a_bad_call_and_stores_nothing():
+    by_parity = tasks.echo.using(limit_key=lambda args, kwargs: f"parity-{args[0] % 2}")
+    with pytest.raises(TypeError, match="call 3 is 5"):
+        by_parity.enqueue_many([((1,), {}), ((2,), {}), 5])
+    assert not Job.objects.exists()
+    assert len(by_parity.enqueue_many([((1,), {}), ((2,), {})])) == 2
+
+
 def test_enqueue_many_refuses_non_json_and_stores_nothing():
     with pytest.raises(TypeError):
         tasks.echo.enqueue_many([((1,), {}), ((object(),), {})])
