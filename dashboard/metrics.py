@@ -1,6 +1,6 @@
 """Job counts and lifetime counters, read from the database on every scrape.
 
-Counters are the sums of `CounterDelta` rows that the engine appends in the same transactions
+Counters are the sums of `CounterDelta` rows that the engine writes in the same transactions
 as the state changes they count, so every worker process on every machine contributes and
 nothing is kept in memory here. Gauges are the jobs per state and queue from
 `jobs.state_counts`, which on PostgreSQL never counts the job table itself, and per queue the

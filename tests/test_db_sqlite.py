@@ -130,6 +130,45 @@ def test_a_job_whose_count_fails_is_not_inserted_either():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_job_whose_count_fails_in_place_is_not_inserted_either():
+    noop.enqueue()  # the counter's row exists: the next count adds to it
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TRIGGER no_counting BEFORE UPDATE ON jobs_counterdelta "
+            "BEGIN SELECT RAISE(ABORT, 'counting refused'); END"
+        )
+    try:
+        with pytest.raises(IntegrityError, match="counting refused"):
+            noop.enqueue()
+        assert not connection.connection.in_transaction
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER no_counting")
+    assert jobs_and_count() == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_counts_add_to_each_names_newest_row_in_place():
+    for _ in range(3):
+        noop.enqueue()
+    noop.enqueue_many([((), {})] * 4)
+    db.add_counters({"jobs_succeeded": 2, "jobs_failed": 0})
+    db.add_counters({"jobs_succeeded": 1})
+    rows = sorted(CounterDelta.objects.values_list("name", "value"))
+    assert rows == [("jobs_enqueued", 7), ("jobs_succeeded", 3)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_counts_after_a_fold_add_to_the_folded_row():
+    CounterDelta.objects.bulk_create(
+        [CounterDelta(name="jobs_enqueued", value=5), CounterDelta(name="jobs_enqueued", value=6)]
+    )
+    db.compact_counters()
+    noop.enqueue()
+    assert list(CounterDelta.objects.values_list("name", "value")) == [("jobs_enqueued", 12)]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_enqueue_in_the_callers_transaction_is_rolled_back_with_it():
     with pytest.raises(RuntimeError), transaction.atomic():
         noop.enqueue()

@@ -1,4 +1,4 @@
-"""Append-only counters: the engine's totals and the jobs per (queue, state)."""
+"""Counters: the engine's totals and the jobs per (queue, state)."""
 
 from django.db import models
 
@@ -12,10 +12,12 @@ class CounterDeltaQuerySet(models.QuerySet):
 
 
 class CounterDelta(models.Model):
-    """Append-only increments of the lifetime counters (jobs_enqueued, ...).
+    """Increments of the lifetime counters (jobs_enqueued, ...); a counter is its rows' sum.
 
-    Writers only insert, so counting never contends on a hot row across workers and machines;
-    maintenance folds old rows into one per name (`jobs.db.compact_counters`).
+    On PostgreSQL writers only insert, so counting never contends on a hot row across workers
+    and machines. On SQLite, whose writers take turns, they add to the name's newest row
+    (`jobs.db.sqlite`). Maintenance folds old rows into one per name
+    (`jobs.db.compact_counters`).
     """
 
     name = models.CharField(max_length=32)

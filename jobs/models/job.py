@@ -196,11 +196,14 @@ class Job(models.Model):
                 condition=Q(not_after__isnull=False, state__in=list(WAITING)),
                 name="job_expiry",
             ),
-            # Console lists: newest first, optionally by state, queue or task.
-            models.Index(fields=["-enqueued_at", "-id"], name="job_recent"),
-            models.Index(fields=["state", "-enqueued_at", "-id"], name="job_state_recent"),
-            models.Index(fields=["queue_name", "-enqueued_at", "-id"], name="job_queue_recent"),
-            models.Index(fields=["task_path", "-enqueued_at", "-id"], name="job_task_recent"),
+            # Console lists: newest first, optionally by state, queue or task, walked from the
+            # end. In ascending order a new job's entry lands on the last page, where SQLite
+            # writes fewer pages per insert than at the front (migration 0024). PostgreSQL
+            # keeps its descending indexes (the same cost there).
+            models.Index(fields=["enqueued_at", "id"], name="job_recent"),
+            models.Index(fields=["state", "enqueued_at", "id"], name="job_state_recent"),
+            models.Index(fields=["queue_name", "enqueued_at", "id"], name="job_queue_recent"),
+            models.Index(fields=["task_path", "enqueued_at", "id"], name="job_task_recent"),
             # Finished jobs only (dead letters, pruning): an unfinished row has no finish time
             # to sort by, and leaving it out spares two index writes per job.
             models.Index(
