@@ -1,10 +1,12 @@
 """What only the SQLite engine does (jobs/db/sqlite.py)."""
 
 import sqlite3
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import db
@@ -49,6 +51,34 @@ def test_a_claim_reads_one_priority_level_at_a_time():
     plans = walk_plans(1)
     assert "(queue_name=? AND priority<?)" in plans["below"][0]
     assert "(queue_name=? AND priority=? AND run_after<?)" in plans["due"][0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "narrowed, index",
+    [
+        ({}, "job_recent"),
+        ({"state": "pending"}, "job_state_recent"),
+        ({"queue_name": "default"}, "job_queue_recent"),
+        ({"task_path": "jobsite.tasks.noop"}, "job_task_recent"),
+    ],
+)
+def test_newest_first_lists_walk_their_ascending_index_from_the_end(narrowed, index):
+    cursor = timezone.now()
+    pages = [
+        Job.objects.filter(**narrowed),
+        Job.objects.filter(**narrowed, enqueued_at__lte=cursor).filter(
+            Q(enqueued_at__lt=cursor) | Q(id__lt=uuid.uuid4())
+        ),
+    ]
+    for page in pages:
+        query = page.order_by("-enqueued_at", "-id")[:51].query
+        statement, params = query.sql_with_params()
+        steps = plan(statement, params)
+        assert steps[0].startswith(f"SEARCH jobs_job USING INDEX {index}") or steps[0] == (
+            f"SCAN jobs_job USING INDEX {index}"
+        ), steps
+        assert not any("TEMP B-TREE" in step for step in steps), steps
 
 
 @pytest.mark.django_db
