@@ -21,10 +21,10 @@ CHECKOUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().p
 sys.path.insert(0, str(CHECKOUT.resolve()))
 os.chdir(CHECKOUT)
 
+from bench.baseline import NAIVE_TABLE, _naive_table  # noqa: E402
 from bench.throughput import scratch_database, setup_django  # noqa: E402
 
 FRAME_HEADER = 24
-NAIVE_TABLE = "bench_naive_jobs"
 
 
 def main():
@@ -39,15 +39,7 @@ def main():
         noop.enqueue()
     with connection.cursor() as cursor:
         (page,) = cursor.execute("PRAGMA page_size").fetchone()
-        cursor.execute(
-            f"CREATE TABLE {NAIVE_TABLE} (id integer PRIMARY KEY AUTOINCREMENT, "
-            "state text NOT NULL DEFAULT 'pending', args text NOT NULL DEFAULT '[]', "
-            "run_after text NOT NULL DEFAULT CURRENT_TIMESTAMP)"
-        )
-        cursor.execute(
-            f"CREATE INDEX {NAIVE_TABLE}_due ON {NAIVE_TABLE} (state, run_after, id) "
-            "WHERE state = 'pending'"
-        )
+        _naive_table(cursor, "sqlite", temporary=False)  # the table bench/baseline.py times
 
     def pages(run, count):
         with connection.cursor() as cursor:
