@@ -20,11 +20,10 @@ from tests.test_dashboard_views import make_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-# Triggers a refresh of the page's live region and says whether htmx went on to send it.
-# Whether the live region sends a refresh within `wait` ms: its own poll, or a wake asked for
-# here. The wake is asked again every 250 ms until one is seen, since htmx queues a trigger
-# behind a refresh in flight and drops it when that refresh swaps the region away (a loaded
-# machine answers a refresh in more than the old fixed 300 ms window).
+# Whether the page's live region sends a refresh within `wait` ms: its own poll, or a wake
+# asked for here. The wake is asked again every 250 ms until one is seen: htmx queues a trigger
+# behind a refresh in flight and drops it when that refresh swaps the region away, and a loaded
+# machine can take longer than any fixed window to answer.
 REFRESH_SENT = """(wait) => new Promise((resolve) => {
   let again = null;
   const finish = (sent) => {
