@@ -44,37 +44,7 @@ def check_json(value, where="arguments"):
     non-string keys, NaN/Infinity, strings holding NUL or a lone surrogate (neither can be
     stored as JSON text in PostgreSQL), and nesting deeper than MAX_DEPTH.
     """
-    # Most calls pass a few ids and names: a flat container of plain scalars is checked in one
-    # pass, without the walk's per-item paths; that halves the check of a typical call.
-    kind = type(value)
-    if (kind is list or kind is tuple) and _plain(value):
-        return list(value)
-    if kind is dict and (
-        not value
-        or all(type(key) is str for key in value)
-        and _plain(value)
-        and _plain(value.values())
-    ):
-        return dict(value)
     return _walk(value, where, 0)
-
-
-_PLAIN_SCALARS = frozenset((int, bool, type(None)))
-
-
-def _plain(values) -> bool:
-    """True when each of `values` is a scalar of a built-in type that `_walk` accepts as it is."""
-    for v in values:
-        kind = type(v)
-        if kind is str:
-            if not v.isascii() or "\x00" in v:
-                return False
-        elif kind is float:
-            if not math.isfinite(v):
-                return False
-        elif kind not in _PLAIN_SCALARS:
-            return False
-    return True
 
 
 # Deeper nesting is refused: the executor, the databases' JSON parsers and the console would
@@ -82,51 +52,94 @@ def _plain(values) -> bool:
 MAX_DEPTH = 100
 
 
-def _walk(value, path, depth):
-    if value is None or isinstance(value, bool | int):
+def _walk(value, where, depth):
+    """Check `value` and return it normalised. `where` names it for an error message: the root's
+    name, or a (parent's where, index or key) pair. Most arguments are fine, so the path is
+    spelled out only when an error is raised."""
+    kind = _KINDS.get(type(value)) or _kind_of(value)
+    if kind is str:
+        _check_text(value, where, "strings")
         return value
-    if isinstance(value, float):
+    if kind is int:
+        return value
+    if kind is float:
         if not math.isfinite(value):
-            raise ValueError(f"{path}: {value!r} is not valid JSON (NaN and Infinity are refused)")
+            raise ValueError(
+                f"{_path(where)}: {value!r} is not valid JSON (NaN and Infinity are refused)"
+            )
         return value
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError(f"{path}: strings may not contain NUL characters")
-        if not value.isascii():
-            _check_encodable(value, path)
-        return value
-    if isinstance(value, list | tuple | Mapping) and depth >= MAX_DEPTH:
-        root = path.split("[", 1)[0]
-        raise ValueError(f"{root}: nested more than {MAX_DEPTH} levels deep; pass flatter data")
-    if isinstance(value, list | tuple):
-        return [_walk(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, Mapping):
+    if kind is list:
+        if depth >= MAX_DEPTH:
+            _too_deep(where)
+        depth += 1
+        return [_walk(v, (where, i), depth) for i, v in enumerate(value)]
+    if kind is dict:
+        if depth >= MAX_DEPTH:
+            _too_deep(where)
+        depth += 1
         out = {}
         for key, v in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{path}: keys must be strings, not {type(key).__name__}")
-            if "\x00" in key:
-                raise ValueError(f"{path}: keys may not contain NUL characters")
-            if not key.isascii():
-                _check_encodable(key, path)
-            out[key] = _walk(v, f"{path}[{key!r}]", depth + 1)
+            if type(key) is not str and not isinstance(key, str):
+                raise TypeError(f"{_path(where)}: keys must be strings, not {type(key).__name__}")
+            _check_text(key, where, "keys")
+            out[key] = _walk(v, (where, key), depth)
         return out
     raise TypeError(
-        f"{path}: {type(value).__name__} is not JSON-serialisable; pass ids, strings, numbers, "
-        "lists and dicts, and load objects inside the task"
+        f"{_path(where)}: {type(value).__name__} is not JSON-serialisable; pass ids, strings, "
+        "numbers, lists and dicts, and load objects inside the task"
     )
 
 
+# What `_walk` does with a value, by its type: check a string, take an int, bool or None as it
+# is, check a float, walk a list or tuple (into a list), walk a mapping (into a dict).
+_KINDS: dict[type, type] = {
+    str: str,
+    int: int,
+    bool: int,
+    type(None): int,
+    float: float,
+    list: list,
+    tuple: list,
+    dict: dict,
+}
+
+
+def _kind_of(value) -> type | None:
+    """The kind of a value of any other type: a subclass of a JSON type is walked as its base."""
+    for base, kind in ((str, str), (int, int), (float, float), (list | tuple, list)):
+        if isinstance(value, base):
+            return kind
+    return dict if isinstance(value, Mapping) else None
+
+
+def _check_text(text, where, what):
+    if "\x00" in text:
+        raise ValueError(f"{_path(where)}: {what} may not contain NUL characters")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{_path(where)}: strings must be valid Unicode (this one holds a lone surrogate)"
+            ) from None
+
+
+def _too_deep(where):
+    while type(where) is tuple:
+        where = where[0]
+    raise ValueError(f"{where}: nested more than {MAX_DEPTH} levels deep; pass flatter data")
+
+
+def _path(where) -> str:
+    """`args[1]['key']` for (("args", 1), "key")."""
+    keys = []
+    while type(where) is tuple:
+        where, key = where
+        keys.append(f"[{key!r}]")
+    return where + "".join(reversed(keys))
+
+
 _encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def _check_encodable(text, path):
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"{path}: strings must be valid Unicode (this one holds a lone surrogate)"
-        ) from None
 
 
 def dumps(value) -> str:
