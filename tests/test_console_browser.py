@@ -246,6 +246,70 @@ def test_live_refresh_says_when_it_pauses_and_can_be_turned_off_and_on(open_cons
     assert refresh_sent(page)
 
 
+def press_and_release(page, locator, *, between):
+    """A click as a hand makes it: pressed, held while `between()` runs, then released."""
+    box = locator.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.wait_for_timeout(150)
+    between()
+    page.mouse.up()
+
+
+def test_a_click_held_for_a_moment_turns_live_refresh_off_and_on(open_console):
+    job = make_job(JobState.RETRYING, attempt=1, run_after=timezone.now() + timedelta(hours=1))
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    status = page.locator("[data-live-status]")
+    expect(status).to_have_text("Live")
+    toggle = page.locator("[data-live-toggle]")
+    # The press moves focus to the toggle, and the status is shown again on every refresh.
+    press_and_release(page, toggle, between=lambda: refresh_sent(page))
+    expect(status).to_have_text("Live refresh off")
+    press_and_release(page, toggle, between=lambda: refresh_held(page))
+    expect(status).to_have_text("Live")
+
+
+def test_a_refresh_landing_while_a_button_is_pressed_keeps_its_click(open_console):
+    job = make_job(JobState.RETRYING, attempt=1, run_after=timezone.now() + timedelta(hours=1))
+    page = open_console()
+    page.goto(f"{base_of(page)}/jobs/{job.id}/")
+    settled(page)
+    held = []
+
+    def hold_refreshes(route):
+        if route.request.headers.get("hx-request"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(lambda url: url.endswith(f"/jobs/{job.id}/"), hold_refreshes)
+    page.evaluate("htmx.trigger('#job', 'wake')")
+    for _ in range(50):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the refresh never left"
+    page.evaluate(
+        "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
+    )
+
+    def refresh_lands():
+        held.pop(0).continue_()
+        for _ in range(50):
+            if page.evaluate("window.landed === true"):
+                break
+            page.wait_for_timeout(100)
+        assert page.evaluate("window.landed === true"), "the held refresh never landed"
+
+    press_and_release(
+        page, page.get_by_role("button", name="Cancel", exact=True), between=refresh_lands
+    )
+    expect(page.get_by_role("dialog")).to_be_visible()
+    for route in held:
+        route.continue_()
+
+
 def test_ticking_a_row_pauses_the_dead_letter_list_and_says_so(open_console):
     dead_letter_of_add()
     page = open_console()

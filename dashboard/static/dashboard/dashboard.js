@@ -67,12 +67,23 @@
     regions.forEach(function (region) {
       reason = reason || pauseReason(region);
     });
-    status.textContent = reason || "Live";
-    status.title = reason || "Live: this page refreshes itself";
+    setText(status, reason || "Live", reason || "Live: this page refreshes itself");
     status.classList.toggle("is-paused", Boolean(reason));
     toggle.setAttribute("aria-pressed", liveOff() ? "false" : "true");
-    toggle.textContent = liveOff() ? "Turn live refresh on" : "Turn live refresh off";
-    toggle.title = toggle.textContent;
+    var action = liveOff() ? "Turn live refresh on" : "Turn live refresh off";
+    setText(toggle, action, action);
+  }
+
+  // Only a change is written: writing the same text replaces the element's text node, and a
+  // button whose text node is replaced between the press and the release gets no click (the
+  // status is shown again on every refresh and focus change, so a pressed toggle lost its click).
+  function setText(element, text, title) {
+    if (element.textContent !== text) {
+      element.textContent = text;
+    }
+    if (element.title !== title) {
+      element.title = title;
+    }
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
@@ -83,11 +94,28 @@
     showLiveStatus();
   });
 
+  // The element a pointer is pressed on, until its release (and the click that makes).
+  var pressed = null;
+  document.addEventListener("pointerdown", function (event) {
+    pressed = event.target;
+  }, true);
+  ["pointerup", "pointercancel"].forEach(function (name) {
+    document.addEventListener(name, function () {
+      // After the click the release makes, which comes in the same turn.
+      window.setTimeout(function () {
+        pressed = null;
+      }, 0);
+    }, true);
+  });
+
   // A refresh already on its way when the operator ticked a row, opened a traceback or a dialog,
   // or stepped into a field lands after that: dropping it keeps what they did on the page.
+  // So is one landing while a pointer is pressed in the region: swapping the pressed button away
+  // before its release would lose the click.
   document.addEventListener("htmx:beforeSwap", function (event) {
     var region = event.detail.elt;
-    if (region.hasAttribute("data-poll") && pauseReason(region)) {
+    var held = pressed && region.contains(pressed);
+    if (region.hasAttribute("data-poll") && (held || pauseReason(region))) {
       event.detail.shouldSwap = false;
     }
   });
