@@ -246,6 +246,40 @@ def test_live_refresh_says_when_it_pauses_and_can_be_turned_off_and_on(open_cons
     assert refresh_sent(page)
 
 
+def held_refresh(page, region, path):
+    """Wakes the live `region` and holds its refresh of `path` (the page's own loads pass);
+    returns the held requests, for let_land."""
+    held = []
+
+    def hold_refreshes(route):
+        if route.request.headers.get("hx-request"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(lambda url: url.endswith(path), hold_refreshes)
+    page.evaluate(f"htmx.trigger('{region}', 'wake')")
+    for _ in range(50):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the refresh never left"
+    return held
+
+
+def let_land(page, held):
+    """Lets the first held refresh through and waits until it has landed."""
+    page.evaluate(
+        "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
+    )
+    held.pop(0).continue_()
+    for _ in range(50):
+        if page.evaluate("window.landed === true"):
+            break
+        page.wait_for_timeout(100)
+    assert page.evaluate("window.landed === true"), "the held refresh never landed"
+
+
 def press_and_release(page, locator, *, between):
     """A click as a hand makes it: pressed, held while `between()` runs, then released."""
     box = locator.bounding_box()
@@ -275,36 +309,9 @@ def test_a_refresh_landing_while_a_button_is_pressed_keeps_its_click(open_consol
     page = open_console()
     page.goto(f"{base_of(page)}/jobs/{job.id}/")
     settled(page)
-    held = []
-
-    def hold_refreshes(route):
-        if route.request.headers.get("hx-request"):
-            held.append(route)
-        else:
-            route.continue_()
-
-    page.route(lambda url: url.endswith(f"/jobs/{job.id}/"), hold_refreshes)
-    page.evaluate("htmx.trigger('#job', 'wake')")
-    for _ in range(50):
-        if held:
-            break
-        page.wait_for_timeout(100)
-    assert held, "the refresh never left"
-    page.evaluate(
-        "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
-    )
-
-    def refresh_lands():
-        held.pop(0).continue_()
-        for _ in range(50):
-            if page.evaluate("window.landed === true"):
-                break
-            page.wait_for_timeout(100)
-        assert page.evaluate("window.landed === true"), "the held refresh never landed"
-
-    press_and_release(
-        page, page.get_by_role("button", name="Cancel", exact=True), between=refresh_lands
-    )
+    held = held_refresh(page, "#job", f"/jobs/{job.id}/")
+    cancel = page.get_by_role("button", name="Cancel", exact=True)
+    press_and_release(page, cancel, between=lambda: let_land(page, held))
     expect(page.get_by_role("dialog")).to_be_visible()
     for route in held:
         route.continue_()
@@ -322,32 +329,10 @@ def test_a_refresh_landing_after_a_row_was_ticked_keeps_the_tick(open_console):
     dead_letter_of_add()
     page = open_console()
     page.goto(f"{base_of(page)}/dead-letters/")
-    held = []
-
-    def hold_refreshes(route):
-        if route.request.headers.get("hx-request"):
-            held.append(route)
-        else:
-            route.continue_()
-
-    page.route(lambda url: url.endswith("/dead-letters/"), hold_refreshes)
-    page.evaluate("htmx.trigger('#dead-letters', 'wake')")
-    for _ in range(50):
-        if held:
-            break
-        page.wait_for_timeout(100)
-    assert held, "the refresh never left"
+    held = held_refresh(page, "#dead-letters", "/dead-letters/")
     box = page.locator('input[name="ids"]').first
     tick(box)
-    page.evaluate(
-        "document.body.addEventListener('htmx:afterRequest', () => { window.landed = true; })"
-    )
-    held.pop(0).continue_()
-    for _ in range(50):
-        if page.evaluate("window.landed === true"):
-            break
-        page.wait_for_timeout(100)
-    assert page.evaluate("window.landed === true"), "the held refresh never landed"
+    let_land(page, held)
     expect(box).to_be_checked()
     expect(page.locator("[data-live-status]")).to_have_text("Paused: rows are ticked")
     for route in held:
