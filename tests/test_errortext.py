@@ -2,7 +2,7 @@ import traceback
 
 import pytest
 
-from jobs.errortext import describe
+from jobs.errortext import describe, for_log
 
 
 def _inner(value):
@@ -96,3 +96,27 @@ def test_traceback_keeps_every_frame_and_the_first_line_of_each_statement():
 
 def test_misspelt_name_keeps_its_suggestion():
     assert "Did you mean: 'length'?" in describe(_raised_by(_misspelt_name))[2]
+
+
+@pytest.mark.parametrize(
+    "raw, logged",
+    [
+        ("line one\nline two", "line one\\nline two"),
+        ("tab\there\r", "tab\\there\\r"),
+        ("bell\x07 nul\x00 del\x7f c1\x9b", "bell\\x07 nul\\x00 del\\x7f c1\\x9b"),
+        ("sep\u2028para\u2029", "sep\\u2028para\\u2029"),
+    ],
+)
+def test_log_text_escapes_line_breaks_and_control_characters(raw, logged):
+    assert for_log(raw) == logged
+
+
+def test_log_text_without_control_characters_is_left_as_it_is():
+    text = "ValueError: bad value 'ünïcode ✓' [x] ^ - \\ \u00a0 \u2027 \u202a"
+    assert for_log(text) == text
+
+
+def test_log_text_escapes_every_control_character_wherever_it_stands():
+    for code in [*range(32), *range(0x7F, 0xA0), 0x2028, 0x2029]:
+        logged = for_log(f"plain words {chr(code)} more words")
+        assert chr(code) not in logged and logged.startswith("plain words \\"), hex(code)
