@@ -253,6 +253,31 @@ def test_finish_success_records_the_attempt_the_result_and_the_counter(engine):
 
 
 @pytest.mark.django_db
+def test_an_attempt_keeps_its_own_times_to_the_microsecond(engine):
+    due_job()
+    (c,) = claim()
+    india = timezone.get_fixed_timezone(330)
+    began = timezone.datetime(2026, 11, 28, 11, 4, 3, 999_999, tzinfo=india)
+    ended = began + timedelta(microseconds=1)
+    db.finish(
+        [
+            db.Finish(
+                job_id=c.id,
+                lease_id=c.lease_id,
+                state=JobState.SUCCEEDED,
+                outcome=AttemptOutcome.SUCCEEDED,
+                worker_id="w-conformance",
+                started_at=began,
+                finished_at=ended,
+            )
+        ]
+    )
+    attempt = Attempt.objects.get(job_id=c.id)
+    assert (attempt.started_at, attempt.finished_at) == (began, ended)
+    assert attempt.finished_at - attempt.started_at == timedelta(microseconds=1)
+
+
+@pytest.mark.django_db
 def test_finish_retry_schedules_the_next_attempt_after_the_delay(engine):
     due_job()
     (c,) = claim()

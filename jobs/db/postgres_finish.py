@@ -2,11 +2,16 @@
 continuations, the counters and the wake-up, for a whole batch of outcomes at once."""
 
 import json
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
+from django.db import connection
+
+from ..moments import to_micros
 from ..states import AttemptOutcome, JobState
 from .columns import attempt_row
 from .postgres_notify import NOTIFY_CHANNEL
-from .records import Finish
+from .records import OUTCOME_COLUMNS, Finish
 from .sql import (
     ATTEMPT,
     BATCH_CALLBACKS,
@@ -20,7 +25,9 @@ from .sql import (
 )
 
 # The outcome columns the finish statement reads from its one JSON parameter, with their types:
-# Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own.
+# Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own. The
+# attempt's times come as whole microseconds since the epoch: exact, and a tenth of the
+# client's cost of ISO text (finish_document builds a hundred of these per transaction).
 FINISH_FIELDS = (
     ("job_id", "uuid"),
     ("lease_id", "uuid"),
@@ -36,8 +43,8 @@ FINISH_FIELDS = (
     ("snoozed", "int"),
     ("outcome", "text"),
     ("worker_id", "text"),
-    ("started_at", "timestamptz"),
-    ("finished_at", "timestamptz"),
+    ("started_us", "int8"),
+    ("finished_us", "int8"),
 )
 
 
@@ -72,6 +79,8 @@ def finish_statement(engine) -> str:
     return f"""
 WITH v AS (
     SELECT r.*, r.return_json::jsonb AS return_value,
+           timestamptz 'epoch' + r.started_us * interval '1 microsecond' AS started_at,
+           timestamptz 'epoch' + r.finished_us * interval '1 microsecond' AS finished_at,
            {sql_state(JobState.RUNNING)}::text AS running
     FROM json_to_recordset(%s::json)
         AS r({", ".join(f"{name} {kind}" for name, kind in FINISH_FIELDS)})
@@ -133,25 +142,32 @@ FROM done, cb
 
 
 def finish_document(chunk: list[Finish]) -> str:
-    names = [name for name, _ in FINISH_FIELDS]
+    """The outcomes as finish_statement reads them: one JSON object per outcome, its keys
+    FINISH_FIELDS (Finish.values(), then the attempt's own)."""
     rows = []
     for r in chunk:
-        job_id, lease_id, *rest = r.values()
-        rows.append(
-            dict(
-                zip(
-                    names,
-                    (
-                        str(job_id),
-                        str(lease_id),
-                        *rest,
-                        r.outcome,
-                        r.worker_id,
-                        r.started_at.isoformat() if r.started_at else None,
-                        r.finished_at.isoformat() if r.finished_at else None,
-                    ),
-                    strict=True,
-                )
-            )
-        )
+        job_id, lease_id, *values = r.values()
+        row = dict(zip(OUTCOME_FIELDS, values, strict=True))
+        # 32 hex digits are a uuid to PostgreSQL, and cost a tenth of str(uuid).
+        row["job_id"] = job_id.hex
+        row["lease_id"] = lease_id.hex
+        row["outcome"] = r.outcome
+        row["worker_id"] = r.worker_id
+        row["started_us"] = _micros(r.started_at)
+        row["finished_us"] = _micros(r.finished_at)
+        rows.append(row)
     return json.dumps(rows, separators=(",", ":"))
+
+
+# The keys of Finish.values() after its two ids.
+OUTCOME_FIELDS = tuple(name for name, _ in FINISH_FIELDS[2 : 2 + len(OUTCOME_COLUMNS) - 2])
+
+
+def _micros(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        # Read from the database with USE_TZ = False: in the connection's time zone, as
+        # PostgreSQL took ISO text without an offset.
+        moment = moment.replace(tzinfo=ZoneInfo(connection.timezone_name))
+    return to_micros(moment)

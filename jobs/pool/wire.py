@@ -12,7 +12,9 @@ import pickle
 import select
 import struct
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
+
+from ..moments import from_micros, to_micros
 
 
 class Channel:
@@ -124,10 +126,6 @@ def _dumps(value) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
 class _Flat:
     """A dataclass as a flat list of plain values, for the messages between worker and executor.
 
@@ -153,7 +151,7 @@ class _Flat:
         for i in self.moments:
             value = values[i]
             if type(value) is datetime and value.tzinfo is not None:
-                values[i] = (value - _EPOCH) // _MICROSECOND
+                values[i] = to_micros(value)
         for i, _ in self.enums:
             if isinstance(values[i], enum.Enum):
                 values[i] = values[i].value
@@ -165,7 +163,7 @@ class _Flat:
                 values[i] = uuid.UUID(bytes=values[i])
         for i in self.moments:
             if type(values[i]) is int:
-                values[i] = _EPOCH + timedelta(microseconds=values[i])
+                values[i] = from_micros(values[i])
         for i, kind in self.enums:
             values[i] = kind(values[i])
         return self.cls(*values)
