@@ -10,19 +10,19 @@ from datetime import UTC, datetime, timedelta
 
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(moment: datetime) -> int:
     """An aware moment as whole microseconds since the epoch: exact, and far cheaper to send
     than the datetime itself (to an executor) or its ISO text (to PostgreSQL)."""
-    return (moment - EPOCH) // _MICROSECOND
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 def from_micros(micros: int) -> datetime:
     """The aware moment (in UTC) that to_micros made `micros` of."""
-    return EPOCH + timedelta(microseconds=micros)
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def refusal(name: str, value: datetime) -> str | None:

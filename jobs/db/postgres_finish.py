@@ -26,7 +26,7 @@ from .sql import (
 
 # The outcome columns the finish statement reads from its one JSON parameter, with their types:
 # Finish.values() (OUTCOME_COLUMNS, the return value as JSON text), then the attempt's own. The
-# attempt's times come as whole microseconds since the epoch: exact, and a tenth of the
+# attempt's times come as whole microseconds since the epoch: exact, and a fifth of the
 # client's cost of ISO text (finish_document builds a hundred of these per transaction).
 FINISH_FIELDS = (
     ("job_id", "uuid"),
