@@ -174,18 +174,3 @@ def test_an_insert_statement_of_no_job_counts_nothing_and_wakes_nobody(listening
         cursor.execute("INSERT INTO jobs_job SELECT * FROM jobs_job WHERE false")
     assert listening() == []
     assert CounterDelta.objects.filter(name="jobs_enqueued").count() == 0
-
-
-def test_a_naive_attempt_time_is_sent_as_in_the_connections_time_zone():
-    # Read back from the database with USE_TZ = False, a time carries no zone: PostgreSQL
-    # took such a time in the session's zone, which Django sets to TIME_ZONE.
-    from datetime import UTC, datetime
-
-    from django.test import override_settings
-
-    from jobs.db.postgres_finish import _micros
-
-    utc = datetime(2026, 1, 1, 0, 0, 0, 250, tzinfo=UTC)
-    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
-        assert _micros(datetime(2026, 1, 1, 1, 0, 0, 250)) == _micros(utc)
-    assert _micros(utc) == 1_767_225_600_000_250

@@ -104,3 +104,12 @@ def test_mending_leaves_rows_in_range_alone():
 
     assert moments.repair_stored() == 0
     assert Job.objects.get(id=job.id).not_after is None
+
+
+def test_a_moment_goes_to_whole_microseconds_and_back_exactly():
+    utc = datetime(2026, 1, 1, 0, 0, 0, 250, tzinfo=UTC)
+    assert moments.to_micros(utc) == 1_767_225_600_000_250
+    india = datetime(
+        2026, 11, 28, 11, 4, 3, 999_999, tzinfo=timezone(timedelta(hours=5, minutes=30))
+    )
+    assert moments.from_micros(moments.to_micros(india)) == india

@@ -2,10 +2,6 @@
 continuations, the counters and the wake-up, for a whole batch of outcomes at once."""
 
 import json
-from datetime import datetime
-from zoneinfo import ZoneInfo
-
-from django.db import connection
 
 from ..moments import to_micros
 from ..states import AttemptOutcome, JobState
@@ -153,21 +149,12 @@ def finish_document(chunk: list[Finish]) -> str:
         row["lease_id"] = lease_id.hex
         row["outcome"] = r.outcome
         row["worker_id"] = r.worker_id
-        row["started_us"] = _micros(r.started_at)
-        row["finished_us"] = _micros(r.finished_at)
+        # Aware: the executor's clock, or read from the database through sql.parse_time.
+        row["started_us"] = to_micros(r.started_at) if r.started_at else None
+        row["finished_us"] = to_micros(r.finished_at) if r.finished_at else None
         rows.append(row)
     return json.dumps(rows, separators=(",", ":"))
 
 
 # The keys of Finish.values() after its two ids.
 OUTCOME_FIELDS = tuple(name for name, _ in FINISH_FIELDS[2 : 2 + len(OUTCOME_COLUMNS) - 2])
-
-
-def _micros(moment: datetime | None) -> int | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        # Read from the database with USE_TZ = False: in the connection's time zone, as
-        # PostgreSQL took ISO text without an offset.
-        moment = moment.replace(tzinfo=ZoneInfo(connection.timezone_name))
-    return to_micros(moment)
