@@ -42,6 +42,8 @@ FINISH_FIELDS = (
     ("started_us", "int8"),
     ("finished_us", "int8"),
 )
+# The keys of Finish.values() after its two ids.
+OUTCOME_FIELDS = tuple(name for name, _ in FINISH_FIELDS[2 : len(OUTCOME_COLUMNS)])
 
 
 def finish_statement(engine) -> str:
@@ -154,7 +156,3 @@ def finish_document(chunk: list[Finish]) -> str:
         row["finished_us"] = to_micros(r.finished_at) if r.finished_at else None
         rows.append(row)
     return json.dumps(rows, separators=(",", ":"))
-
-
-# The keys of Finish.values() after its two ids.
-OUTCOME_FIELDS = tuple(name for name, _ in FINISH_FIELDS[2 : 2 + len(OUTCOME_COLUMNS) - 2])
