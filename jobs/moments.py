@@ -22,7 +22,9 @@ def to_micros(moment: datetime) -> int:
 
 def from_micros(micros: int) -> datetime:
     """The aware moment (in UTC) that to_micros made `micros` of."""
-    return _EPOCH + timedelta(microseconds=micros)
+    # Multiplying the one-microsecond delta is exact and half the cost of building a
+    # timedelta from a keyword (the worker turns two of these back per attempt).
+    return _EPOCH + _MICROSECOND * micros
 
 
 def refusal(name: str, value: datetime) -> str | None:

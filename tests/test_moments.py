@@ -113,3 +113,10 @@ def test_a_moment_goes_to_whole_microseconds_and_back_exactly():
         2026, 11, 28, 11, 4, 3, 999_999, tzinfo=timezone(timedelta(hours=5, minutes=30))
     )
     assert moments.from_micros(moments.to_micros(india)) == india
+
+
+def test_every_storable_moment_goes_to_microseconds_and_back_exactly():
+    before_the_epoch = datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC)
+    for moment in (moments.EARLIEST, before_the_epoch, moments.LATEST - timedelta(microseconds=1)):
+        assert moments.from_micros(moments.to_micros(moment)) == moment
+    assert moments.to_micros(before_the_epoch) == -999_999

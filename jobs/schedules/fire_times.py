@@ -11,24 +11,15 @@ from itertools import islice
 
 from cronsim import CronSim
 
+from ..moments import from_micros, to_micros
 from .spec import ScheduleSpec
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MICROSECOND = timedelta(microseconds=1)
 # The most fire times `missed: "all"` enqueues at once (the most recent ones, oldest first).
 MAX_CATCH_UP = 100
 # Fire times counted one by one when a cron schedule catches up; past this, the missed counter
 # records this many (a worker down for over a thousand fire times is told by its logs anyway).
 MAX_COUNTED = 1000
-
-
-def _micros(moment: datetime) -> int:
-    delta = moment - EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _from_micros(micros: int) -> datetime:
-    return EPOCH + timedelta(microseconds=micros)
 
 
 def _step(spec: ScheduleSpec) -> int:
@@ -39,7 +30,7 @@ def latest_fire_at_or_before(spec: ScheduleSpec, moment: datetime) -> datetime |
     """The last fire time <= moment (UTC), or None if there is none within cron's reach."""
     if spec.every is not None:
         step = _step(spec)
-        return _from_micros(_micros(moment) // step * step)
+        return from_micros(to_micros(moment) // step * step)
     start = (moment + ONE_MICROSECOND).astimezone(spec.zone)
     try:
         return next(CronSim(spec.cron_expression, start, reverse=True)).astimezone(UTC)
@@ -51,7 +42,7 @@ def next_fire_after(spec: ScheduleSpec, moment: datetime) -> datetime | None:
     """The first fire time strictly after moment (UTC); None when the cron never fires again."""
     if spec.every is not None:
         step = _step(spec)
-        return _from_micros((_micros(moment) // step + 1) * step)
+        return from_micros((to_micros(moment) // step + 1) * step)
     try:
         return next(CronSim(spec.cron_expression, moment.astimezone(spec.zone))).astimezone(UTC)
     except StopIteration:
@@ -73,10 +64,10 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         return Due(0, [])
     if spec.every is not None:
         step = _step(spec)
-        first, last = _micros(after) // step + 1, _micros(until) // step
+        first, last = to_micros(after) // step + 1, to_micros(until) // step
         count = max(0, last - first + 1)
         ks = range(max(first, last - keep + 1), last + 1)
-        return Due(count, [_from_micros(k * step) for k in ks])
+        return Due(count, [from_micros(k * step) for k in ks])
     recent: deque[datetime] = deque(maxlen=keep)
     count = 0
     times = CronSim(spec.cron_expression, after.astimezone(spec.zone))
