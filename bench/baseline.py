@@ -123,11 +123,19 @@ def sqlite_pragmas():
 
 
 def jobsite_drain(
-    url, n, concurrency, task="jobsite.tasks.noop", args_for=None, env=None, root=ROOT
+    url,
+    n,
+    concurrency,
+    task="jobsite.tasks.noop",
+    args_for=None,
+    env=None,
+    root=ROOT,
+    enqueued=None,
 ):
     """Enqueue n jobs in bulk, then time burst workers over them from first start to last end.
 
-    The worker runs from the checkout at `root` (another commit's, for a before/after)."""
+    The worker runs from the checkout at `root` (another commit's, for a before/after);
+    `enqueued`, when given, is called between the enqueue and the drain."""
     from django.tasks import task_backends  # noqa: F401  (the backend must be loaded)
     from django.utils.module_loading import import_string
 
@@ -136,6 +144,8 @@ def jobsite_drain(
     fn = import_string(task)
     calls = [((args_for(i) if args_for else ()), {}) for i in range(n)]
     fn.enqueue_many(calls)
+    if enqueued:
+        enqueued()
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
         cwd=root,
@@ -172,7 +182,7 @@ def check_failed_once_then_succeeded(n):
         )
 
 
-def jobsite_retry_drain(url, n, concurrency, root=ROOT):
+def jobsite_retry_drain(url, n, concurrency, root=ROOT, enqueued=None):
     """Every job fails its first attempt and succeeds on the second (backoff 0, no jitter)."""
     with tempfile.TemporaryDirectory(prefix="jobsite-retry-", dir=marks_base()) as marks:
         env = {
@@ -188,6 +198,7 @@ def jobsite_retry_drain(url, n, concurrency, root=ROOT):
             args_for=lambda i: (i,),
             env=env,
             root=root,
+            enqueued=enqueued,
         )
     return rate
 
