@@ -10,7 +10,13 @@ import time
 import pytest
 
 from jobs.executor_loop import TAKEN, new_status, slot_fields
-from jobs.pool.dispatcher import AHEAD_BUDGET, PREFETCH_BUDGET, SEEN_BEFORE_SHORT, Dispatcher
+from jobs.pool.dispatcher import (
+    AHEAD_BUDGET,
+    MAX_PREFETCH,
+    PREFETCH_BUDGET,
+    SEEN_BEFORE_SHORT,
+    Dispatcher,
+)
 from jobs.pool.executor import Executor, mp_context
 from jobs.pool.wire import SEND_EVERY, Channel
 from tests.factories import make_claimed
@@ -78,6 +84,16 @@ def test_known_short_jobs_queue_behind_a_short_one_within_the_prefetch_budget(ex
     assert 1 < sent < len(jobs)
     assert only.queued_seconds() <= PREFETCH_BUDGET + 0.001
     assert len(d.ready) == len(jobs) - sent
+
+
+def test_tiny_jobs_queue_behind_one_only_up_to_the_count_cap(executors):
+    (only,) = executors(1)
+    d = dispatcher([only], short_seconds=0.000001)  # the budget alone would allow 20,000
+    assert d.room() == 1 + MAX_PREFETCH  # the worker claims no more than this
+    d.ready.extend(job() for _ in range(2 * MAX_PREFETCH))
+    assert d.dispatch() == []
+    assert len(only.inflight) == 1 + MAX_PREFETCH
+    assert len(d.ready) == MAX_PREFETCH - 1
 
 
 def test_every_job_dispatched_has_reached_its_child_when_the_round_ends(executors):
