@@ -88,7 +88,7 @@ def test_known_short_jobs_queue_behind_a_short_one_within_the_prefetch_budget(ex
 
 def test_tiny_jobs_queue_behind_one_only_up_to_the_count_cap(executors):
     (only,) = executors(1)
-    d = dispatcher([only], short_seconds=0.000001)  # the budget alone would allow 20,000
+    d = dispatcher([only], short_seconds=0.000001)  # the budget alone would allow 2,000
     assert d.room() == 1 + MAX_PREFETCH  # the worker claims no more than this
     d.ready.extend(job() for _ in range(2 * MAX_PREFETCH))
     assert d.dispatch() == []
