@@ -33,6 +33,13 @@ def _during_handling():
         {}["missing"]
 
 
+def _context_suppressed():
+    try:
+        _outer()
+    except ValueError:
+        raise LookupError("no such thing") from None
+
+
 def _group():
     errors = []
     for f in (_plain, _chained):
@@ -75,7 +82,16 @@ def _as_python_prints_it_without_column_positions(exc):
 
 
 @pytest.mark.parametrize(
-    "f", [_plain, _chained, _during_handling, _group, _misspelt_name, _syntax_error]
+    "f",
+    [
+        _plain,
+        _chained,
+        _during_handling,
+        _context_suppressed,
+        _group,
+        _misspelt_name,
+        _syntax_error,
+    ],
 )
 def test_traceback_is_what_python_prints_without_column_positions(f):
     exc = _raised_by(f)
