@@ -1,13 +1,17 @@
 """What only the PostgreSQL engine does (jobs/db/postgres.py)."""
 
+import json
 import re
-from datetime import timedelta
+import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from jobs import db
+from jobs.db.postgres_finish import FINISH_FIELDS, finish_document
+from jobs.db.records import Finish
 from jobsite.tasks import noop
 
 pytestmark = pytest.mark.skipif(
@@ -96,6 +100,45 @@ def test_a_claim_looks_up_the_jobs_it_picked_by_primary_key(stale_statistics, qu
 
     assert "Seq Scan on jobs_job" not in plan, plan
     assert "jobs_job_pkey" in plan, plan
+
+
+def test_the_finish_document_gives_each_outcome_s_values_in_the_statement_s_order():
+    started = datetime(2026, 11, 28, 14, 30, 0, 123456, tzinfo=UTC)
+    finish = Finish(
+        job_id=uuid.uuid4(),
+        lease_id=uuid.uuid4(),
+        state="retrying",
+        outcome="failed",
+        worker_id="host-1",
+        return_json=None,
+        delay=2.5,
+        reason="",
+        error_type="ValueError",
+        error_message="bad value",
+        error_traceback="Traceback ...",
+        started_at=started,
+        finished_at=started + timedelta(microseconds=1),
+        raise_max_attempts=True,
+    )
+    [row] = json.loads(finish_document([finish]))
+    assert dict(zip([name for name, _ in FINISH_FIELDS], row, strict=True)) == {
+        "job_id": finish.job_id.hex,
+        "lease_id": finish.lease_id.hex,
+        "new_state": "retrying",
+        "return_json": None,
+        "delay": 2.5,
+        "reason": "",
+        "error_type": "ValueError",
+        "error_message": "bad value",
+        "error_traceback": "Traceback ...",
+        "only_if_expired": 0,
+        "raise_max": 1,
+        "snoozed": 0,
+        "outcome": "failed",
+        "worker_id": "host-1",
+        "started_us": 1_795_876_200_123_456,
+        "finished_us": 1_795_876_200_123_457,
+    }
 
 
 @pytest.mark.django_db(transaction=True)
