@@ -32,13 +32,14 @@ def describe(exc: BaseException) -> tuple[str, str, str]:
 
 def error_type(exc: BaseException) -> str:
     """Builtins and the engine's own outcome types (JobTimeout, WorkerLost, ...) go by their
-    bare names, as the contract spells them; task exceptions keep their module."""
+    bare names, as the contract spells them; task exceptions keep their module. Storable: a
+    class may be given any module and name, NUL and lone surrogates included."""
     cls = type(exc)
     try:
         module, qualname = str(cls.__module__), str(cls.__qualname__)
     except BaseException:
         return "Exception"
-    return qualname if module in ("builtins", "jobs.errors") else f"{module}.{qualname}"
+    return storable(qualname if module in ("builtins", "jobs.errors") else f"{module}.{qualname}")
 
 
 def message_of(exc: BaseException) -> str:

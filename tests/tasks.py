@@ -223,6 +223,14 @@ class CustomBase(BaseException):
     pass
 
 
+class OddlyNamed(Exception):
+    """Its module and name hold what no database column can: NUL and a lone surrogate."""
+
+
+OddlyNamed.__module__ = "tests.odd\x00module\udc80"
+OddlyNamed.__qualname__ = "Odd\nName\x00"
+
+
 HOSTILE = {
     "str_raises": lambda: StrRaises("hidden"),
     "str_not_a_string": lambda: StrNotAString("hidden"),
@@ -231,6 +239,7 @@ HOSTILE = {
     "system_exit": lambda: SystemExit(4),
     "generator_exit": lambda: GeneratorExit("closed"),
     "custom_base": lambda: CustomBase("a BaseException of its own"),
+    "oddly_named": lambda: OddlyNamed("named oddly"),
 }
 
 

@@ -141,6 +141,7 @@ def test_every_exception_a_task_raises_is_recorded_as_itself(run_worker):
         "system_exit": ("SystemExit", "4"),
         "generator_exit": ("GeneratorExit", "closed"),
         "custom_base": ("tests.tasks.CustomBase", "a BaseException of its own"),
+        "oddly_named": ("tests.odd\\x00module\\udc80.Odd\nName\\x00", "named oddly"),
     }
     for kind, job_id in ids.items():
         job = Job.objects.get(id=job_id)
