@@ -1,20 +1,32 @@
 """Exceptions task authors raise and callers catch."""
 
+import math
+
+from .retry import MAX_DELAY
+
 
 class Snooze(Exception):
     """Raise from a task to run it again `seconds` from now; the attempt is given back.
 
     The attempt is recorded with outcome `snoozed` and does not count toward max_attempts;
-    OPTIONS["MAX_SNOOZES"] (default 100) bounds how often a job may snooze.
+    OPTIONS["MAX_SNOOZES"] (default 100) bounds how often a job may snooze. A snooze longer
+    than a retry's longest delay (ten years) waits that long, as a retry would.
     """
 
     def __init__(self, seconds: float = 0):
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ValueError(f"Snooze takes seconds >= 0, not {seconds!r}")
-        if seconds != seconds or seconds == float("inf"):
-            raise ValueError("Snooze takes a finite number of seconds")
-        self.seconds = float(seconds)
+        self.seconds = snooze_seconds(seconds)
         super().__init__(f"snoozed for {self.seconds:g}s")
+
+
+def snooze_seconds(seconds) -> float:
+    """`seconds` as a snooze waits them: a number from 0 up, at most MAX_DELAY; ValueError for
+    anything else (a subclass of Snooze that set its own `seconds` is checked again here)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise ValueError(f"Snooze takes seconds >= 0, not {seconds!r}")
+    # Compared, not converted: an int too large for a float is a long snooze, not an error.
+    if seconds != seconds or seconds == math.inf:
+        raise ValueError("Snooze takes a finite number of seconds")
+    return float(min(seconds, MAX_DELAY))
 
 
 class Unrecoverable(Exception):

@@ -13,7 +13,7 @@ import time
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable
+from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable, snooze_seconds
 from .errortext import describe
 from .outcome import Ran, RanKind, now, plan_retry, task_result_for
 from .reports import AttemptReport
@@ -55,6 +55,15 @@ def _failed(claimed: Claimed, exc: BaseException, kind: RanKind, started, **extr
         finished_at=now(),
         **extra,
     )
+
+
+def _snooze_delay(exc: Snooze) -> float | None:
+    """The seconds a Snooze asks for, or None when a subclass set `seconds` of its own that no
+    snooze can wait (the attempt then fails with that exception, as with any other)."""
+    try:
+        return snooze_seconds(exc.seconds)
+    except BaseException:
+        return None
 
 
 def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
@@ -176,11 +185,11 @@ class Attempt:
         # from the task itself: they fail this attempt like any other exception.
         claimed, task = self.claimed, self.task
         finished = now()
-        if isinstance(exc, Snooze):
+        if isinstance(exc, Snooze) and (delay := _snooze_delay(exc)) is not None:
             return Ran(
                 claimed.id,
                 RanKind.SNOOZED,
-                delay=exc.seconds,
+                delay=delay,
                 started_at=self.started,
                 finished_at=finished,
             )

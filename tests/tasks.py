@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from jobs.compat import task
-from jobs.errors import Unrecoverable
+from jobs.errors import Snooze, Unrecoverable
 from jobs.retry import Exponential, Fixed, NoRetry
 
 NO_WAIT = Fixed(0)
@@ -291,6 +291,19 @@ def snoozes_then_fails(context, key, times):
     if Job.objects.get(id=context.job_id).snoozes < times:
         raise Snooze(0)
     raise ValueError(f"{key} failed on attempt {context.attempt}")
+
+
+class SnoozeOfItsOwn(Snooze):
+    """A Snooze that skipped Snooze's own checks and set seconds no snooze can wait."""
+
+    def __init__(self):
+        Exception.__init__(self, "a snooze of its own")
+        self.seconds = float("nan")
+
+
+@task(backoff=NO_WAIT, max_attempts=2)
+def snoozes_for(seconds):
+    raise Snooze(seconds) if seconds is not None else SnoozeOfItsOwn()
 
 
 @task(backoff=NO_WAIT)

@@ -151,6 +151,22 @@ def test_every_exception_a_task_raises_is_recorded_as_itself(run_worker):
     assert "executor process" not in output  # no executor died
 
 
+def test_a_snooze_of_any_length_waits_at_most_ten_years_and_a_broken_one_fails(run_worker):
+    ids = {seconds: tasks.snoozes_for.enqueue(seconds).id for seconds in (1e9, 1e300, 10**400)}
+    broken = tasks.snoozes_for.enqueue(None).id
+    before = timezone.now()
+    burst(run_worker)
+
+    for seconds, job_id in ids.items():
+        job = Job.objects.get(id=job_id)
+        assert (job.state, job.snoozes, job.attempt) == (JobState.PENDING, 1, 0), seconds
+        wait = job.run_after - before
+        assert timedelta(days=3649) < wait < timedelta(days=3651), (seconds, job.run_after)
+    job = Job.objects.get(id=broken)
+    assert (job.state, job.attempt, job.snoozes) == (JobState.DEAD_LETTER, 2, 0)
+    assert job.error_type == "tests.tasks.SnoozeOfItsOwn"
+
+
 def test_a_huge_error_message_is_capped_and_cannot_forge_a_log_line(run_worker):
     job_id = tasks.raises_huge.enqueue(60_000).id
     output = burst(run_worker)

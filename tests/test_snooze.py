@@ -9,6 +9,7 @@ from jobs import db
 from jobs import outcome as oc
 from jobs.errors import Snooze
 from jobs.models import Attempt, CounterDelta, Job
+from jobs.retry import MAX_DELAY
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 from tests.factories import make_job
 from tests.test_limits import with_limits
@@ -25,9 +26,14 @@ def run_once(job, kind="snoozed", delay=30.0):
 
 def test_snooze_takes_seconds_and_refuses_nonsense():
     assert Snooze(5).seconds == 5.0
-    for bad in (-1, "5", float("nan"), True):
+    for bad in (-1, "5", float("nan"), float("inf"), True, None):
         with pytest.raises(ValueError):
             Snooze(bad)
+
+
+def test_a_snooze_longer_than_a_retry_s_longest_delay_waits_that_long():
+    assert Snooze(MAX_DELAY - 1).seconds == MAX_DELAY - 1
+    assert Snooze(1e300).seconds == Snooze(10**400).seconds == MAX_DELAY
 
 
 def test_a_snoozed_job_is_pending_later_with_its_attempt_given_back_and_recorded():
