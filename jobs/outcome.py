@@ -5,6 +5,7 @@ what the worker saw from outside). `decide` turns it into a `db.Finish` through 
 constructors of `Outcome`; `announce` sends the signals once the outcome took effect.
 """
 
+import dataclasses
 import enum
 import logging
 import random
@@ -315,6 +316,30 @@ def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
             claimed, ran, worker_id, outcome=outcome, reason=DeadLetterReason.UNRECOVERABLE
         )
     return Outcome.retry(claimed, ran, worker_id, outcome=outcome, delay=ran.delay)
+
+
+def storable_finish(finish: Finish) -> Finish:
+    """`finish` as the database takes any outcome: its texts in plain ASCII (escapes for the
+    rest, NUL included), its delay a number from 0 to retry.MAX_DELAY. The second try for an
+    outcome the database refused as it was (jobs.worker)."""
+
+    def plain(text):
+        return (
+            str(text).encode("ascii", "backslashreplace").decode("ascii").replace("\x00", "\\x00")
+        )
+
+    delay = finish.delay
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or delay != delay:
+        delay = 0.0
+    return dataclasses.replace(
+        finish,
+        worker_id=plain(finish.worker_id),
+        reason=plain(finish.reason),
+        error_type=plain(finish.error_type),
+        error_message=plain(finish.error_message),
+        error_traceback=plain(finish.error_traceback),
+        delay=float(min(max(delay, 0), retry.MAX_DELAY)),
+    )
 
 
 def duration_of(finish: Finish) -> float | None:

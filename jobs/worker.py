@@ -12,7 +12,7 @@ import signal
 import time
 import uuid
 
-from django.db import connection
+from django.db import DataError, connection
 from django.db.backends.signals import connection_created
 
 from . import breaker, db, maintenance, observers, schedules, startup_signals, worker_node
@@ -28,6 +28,10 @@ from .signal_pipe import SignalPipe
 from .states import FAILED_ATTEMPT, JobState
 from .worker_config import WorkerConfig, default_worker_id
 from .worker_log import WorkerLog
+
+# What the database refuses as data, or the driver cannot send at all (a lone surrogate to
+# SQLite): the fault of one outcome in the batch, not of the database.
+UNSTORABLE = (DataError, ValueError)
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -241,16 +245,23 @@ class Worker:
             return 0
         pending = self.finishes
         sent = time.monotonic()
-        result = self._with_db(
-            db.finish_and_claim,
-            pending,
-            worker_id=self.worker_id,
-            queues=self.config.queues or None,
-            limit=limit,
-            lease_seconds=self.config.lease_seconds,
-            limits=self.limits,
-            can_begin=self.dispatcher.can_begin(),
-        )
+        try:
+            result = self._with_db(
+                db.finish_and_claim,
+                pending,
+                worker_id=self.worker_id,
+                queues=self.config.queues or None,
+                limit=limit,
+                lease_seconds=self.config.lease_seconds,
+                limits=self.limits,
+                can_begin=self.dispatcher.can_begin(),
+            )
+        except UNSTORABLE as e:
+            if not pending:
+                raise
+            self._finish_one_by_one(pending, e)
+            # The claim went with the refused batch: made now, or a burst would stop early.
+            return 0 if self.finishes else self._sync(claim=claim)
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later
         applied, claimed = result
@@ -269,6 +280,37 @@ class Worker:
         self.log.claims(claimed)
         self.last_claim_full = bool(limit) and len(claimed) == limit
         return len(claimed)
+
+    def _finish_one_by_one(self, pending, error):
+        """A batch of outcomes the database refused as data: record each on its own, so that
+        one job's outcome cannot take the others, or the worker, down with it."""
+        logger.error(
+            "the database refused a batch of %d outcome(s) (%s); recording them one by one",
+            len(pending),
+            for_log(_first_line(error)),
+        )
+        self.finishes = []
+        for finish in pending:
+            for attempt in (finish, oc.storable_finish(finish)):
+                try:
+                    result = self._with_db(db.finish_and_claim, [attempt], limit=0)
+                except UNSTORABLE as e:
+                    error = e
+                    continue
+                if result is None:  # the database is away: kept, and written later
+                    self.finishes.append(finish)
+                else:
+                    self._settle([attempt], result[0])
+                break
+            else:
+                # Not renewed from here on: its lease expires and a worker recovers the job.
+                self.held.pop(finish.job_id, None)
+                logger.error(
+                    "job %s: its outcome cannot be stored (%s); its lease will expire and the "
+                    "job is recovered as for a lost worker",
+                    finish.job_id,
+                    for_log(_first_line(error)),
+                )
 
     def _from_executor(self, executor, exited=False):
         if executor not in self.supervisor.executors:
@@ -475,9 +517,7 @@ class Worker:
                 if not is_transient(e):
                     raise
                 logger.warning(
-                    "database unavailable (%s); retrying in %.1fs",
-                    str(e).strip().splitlines()[0] if str(e) else type(e).__name__,
-                    delay,
+                    "database unavailable (%s); retrying in %.1fs", _first_line(e), delay
                 )
                 reset_connection()
                 if self.hard_stop:
@@ -488,3 +528,9 @@ class Worker:
                     self.config.shutdown_timeout + 5
                 ):
                     return None
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of a database error's text (its details follow on the next ones)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -84,3 +84,38 @@ def test_an_executor_that_dies_is_replaced_and_its_job_retried(run_in_process):
     first = job.attempts.order_by("number").first()
     assert (first.outcome, first.error_type) == ("failed", "ExecutorCrashed")
     assert list(worker.supervisor.crash_streaks.values()) == [1]  # one crash, replaced
+
+
+@pytest.fixture
+def refused_outcome(monkeypatch):
+    """The outcome of a job whose key is "refused" carries text no database column takes,
+    added after the executor made its text storable (as a bug anywhere on the way might)."""
+    from jobs import outcome as oc
+
+    decide = oc.decide
+
+    def deciding(claimed, ran, **kwargs):
+        finish = decide(claimed, ran, **kwargs)
+        if claimed.args_json == '["refused"]':
+            finish.error_message += " \udc80 \x00"
+        return finish
+
+    monkeypatch.setattr(oc, "decide", deciding)
+
+
+def test_an_outcome_the_database_refuses_is_stored_escaped_and_takes_no_other_down(
+    run_in_process, refused_outcome, caplog
+):
+    refused = tasks.fails_once_no_retry.enqueue("refused").id
+    others = [tasks.add.enqueue(i, i).id for i in range(6)]
+
+    worker = run_in_process(burst=True)
+
+    assert worker.exit_code == 0
+    job = Job.objects.get(id=refused)
+    assert (job.state, job.attempt) == (JobState.DEAD_LETTER, 1)
+    assert job.error_message == "refused \\udc80 \\x00"
+    assert job.attempts.get().error_message == "refused \\udc80 \\x00"
+    assert {j.state for j in Job.objects.filter(id__in=others)} == {JobState.SUCCEEDED}
+    assert all(j.attempts.count() == 1 for j in Job.objects.filter(id__in=others))
+    assert "recording them one by one" in caplog.text
