@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from . import retry, signals
 from .compat import TaskError, TaskResult, TaskResultStatus
 from .db import Claimed, Finish
-from .errortext import describe, for_log
+from .errortext import describe, for_log, storable
 from .states import CANCEL_OVERRIDES, AttemptOutcome, DeadLetterReason, JobState
 from .tasks import load_task
 
@@ -324,9 +324,7 @@ def storable_finish(finish: Finish) -> Finish:
     outcome the database refused as it was (jobs.worker)."""
 
     def plain(text):
-        return (
-            str(text).encode("ascii", "backslashreplace").decode("ascii").replace("\x00", "\\x00")
-        )
+        return storable(str(text)).encode("ascii", "backslashreplace").decode("ascii")
 
     delay = finish.delay
     if isinstance(delay, bool) or not isinstance(delay, int | float) or delay != delay:

@@ -291,16 +291,16 @@ class Worker:
         )
         self.finishes = []
         for finish in pending:
-            for attempt in (finish, oc.storable_finish(finish)):
+            for tried in (finish, oc.storable_finish(finish)):
                 try:
-                    result = self._with_db(db.finish_and_claim, [attempt], limit=0)
+                    result = self._with_db(db.finish_and_claim, [tried], limit=0)
                 except UNSTORABLE as e:
                     error = e
                     continue
                 if result is None:  # the database is away: kept, and written later
                     self.finishes.append(finish)
                 else:
-                    self._settle([attempt], result[0])
+                    self._settle([tried], result[0])
                 break
             else:
                 # Not renewed from here on: its lease expires and a worker recovers the job.
