@@ -14,6 +14,7 @@ from jobs import actions, attempt_log, bulk, queues
 from jobs.models import Job
 from jobs.names import check_queue_name
 from jobs.states import JobState
+from jobs.text import holds_as_is
 
 from . import metrics, openapi, queries, queue_rows
 from .auth import api_view
@@ -199,8 +200,8 @@ def bulk_filter(value) -> dict:
     for key, text in value.items():
         if text == "":
             continue
-        if not isinstance(text, str) or "\x00" in text:
-            raise BadRequest(f"filter {key} must be a string without NUL")
+        if not isinstance(text, str) or not holds_as_is(text):
+            raise BadRequest(f"filter {key} must be a string without NUL or a lone surrogate")
         filters[key] = text
     if "state" in filters and filters["state"] not in STATES:
         raise BadRequest("unknown state", allowed=sorted(STATES))

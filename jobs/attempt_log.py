@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from .models import LogLine
+from .text import storable
 
 MAX_LINES = 1000
 MAX_BYTES = 256 * 1024
@@ -26,10 +27,7 @@ MAX_LEVEL_CHARS = 32
 def clean_text(text: str, limit: int) -> str:
     """`text` as both databases store it: no NUL, no lone surrogate, at most `limit` characters
     (the rest said to be cut)."""
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
+    text = storable(text)
     if len(text) > limit:
         text = f"{text[:limit]} … [{len(text) - limit:,} characters cut]"
     return text

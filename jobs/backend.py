@@ -23,14 +23,18 @@ from .errors import DuplicateJob
 from .names import check_queue_name
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
+from .text import holds_as_is
 from .timing import Timing
 
 DEFAULT_ASYNC_CONCURRENCY = 10
 
 
 def check_limit_key(key, error=ValueError) -> str:
-    if not isinstance(key, str) or not 0 < len(key) <= 255 or "\x00" in key:
-        raise error(f"limit_key must be a string of 1-255 characters without NUL, not {key!r}")
+    if not isinstance(key, str) or not 0 < len(key) <= 255 or not holds_as_is(key):
+        raise error(
+            "limit_key must be a string of 1-255 characters without NUL or a lone surrogate, "
+            f"not {key!r}"
+        )
     return key
 
 
@@ -111,9 +115,12 @@ class JobsBackend(BaseTaskBackend):
         if task.dedup_key is not None and (
             not isinstance(task.dedup_key, str)
             or not 0 < len(task.dedup_key) <= 255
-            or "\x00" in task.dedup_key
+            or not holds_as_is(task.dedup_key)
         ):
-            raise InvalidTask("dedup_key must be a non-empty string of at most 255 characters")
+            raise InvalidTask(
+                "dedup_key must be a non-empty string of at most 255 characters, "
+                "without NUL or a lone surrogate"
+            )
         if task.on_crash not in ON_CRASH_CHOICES:
             raise InvalidTask(f"on_crash must be one of {ON_CRASH_CHOICES}, not {task.on_crash!r}")
         try:

@@ -6,6 +6,8 @@ Nothing in here may raise, whatever a task's exception does in `__str__` or `__r
 import re
 import traceback
 
+from .text import storable
+
 # CONTRACT.md section 10.
 MAX_MESSAGE = 10_000
 MAX_TRACEBACK = 100_000
@@ -100,14 +102,6 @@ def _format_traceback(exc: BaseException) -> str:
         pending += [t for t in (te.__cause__, te.__context__) if t is not None]
         pending += te.exceptions or []
     return "".join(top.format())
-
-
-def storable(text: str) -> str:
-    """Text a database column can hold: NUL and lone surrogates shown as escapes, not lost."""
-    text = text.replace("\x00", "\\x00")
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _mark(removed: int) -> str:

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from .text import holds_as_is
+
 KINDS = ("queue", "task", "key")
 FIELDS = ("concurrency", "rate", "pause_after_failures")
 MAX_NAME = 255
@@ -52,8 +54,11 @@ def parse_name(name) -> tuple[str, str]:
     kind, target = name.split(":", 1)
     if kind not in KINDS:
         raise LimitError(f"limit {name!r}: unknown prefix {kind!r} (queue:, task: or key:)")
-    if not target or len(name) > MAX_NAME or "\x00" in name:
-        raise LimitError(f"limit {name!r}: the name after {kind}: must be 1-{MAX_NAME} characters")
+    if not target or len(name) > MAX_NAME or not holds_as_is(name):
+        raise LimitError(
+            f"limit {name!r}: the name after {kind}: must be 1-{MAX_NAME} characters, "
+            "without NUL or a lone surrogate"
+        )
     return kind, target
 
 

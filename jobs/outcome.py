@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from . import retry, signals
 from .compat import TaskError, TaskResult, TaskResultStatus
 from .db import Claimed, Finish
-from .errortext import describe, for_log, storable
+from .errortext import describe, for_log
 from .states import CANCEL_OVERRIDES, AttemptOutcome, DeadLetterReason, JobState
 from .tasks import load_task
+from .text import storable
 
 logger = logging.getLogger(__name__)
 _rng = random.Random()

@@ -61,6 +61,11 @@ def _walk(value, where, depth):
         _check_text(value, where, "strings")
         return value
     if kind is int:
+        if value is not None and not -_TOO_LONG < value < _TOO_LONG:
+            raise ValueError(
+                f"{_path(where)}: an integer of more than {MAX_INT_DIGITS:,} digits is not valid "
+                "JSON here; pass it as a string"
+            )
         return value
     if kind is float:
         if not math.isfinite(value):
@@ -89,6 +94,11 @@ def _walk(value, where, depth):
         "numbers, lists and dicts, and load objects inside the task"
     )
 
+
+# Python writes no longer integer as text (sys.get_int_max_str_digits), and another process
+# reading the job back may not be told otherwise.
+MAX_INT_DIGITS = 4300
+_TOO_LONG = 10**MAX_INT_DIGITS
 
 # What `_walk` does with a value, by its type: check a string, take an int, bool or None as it
 # is, check a float, walk a list or tuple (into a list), walk a mapping (into a dict).

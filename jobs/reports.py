@@ -15,6 +15,7 @@ caller's connection, inside its transaction if it has one.
 
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -35,13 +36,17 @@ IDLE_SECONDS = 30.0
 # The logger an attempt's logger hands its lines on to, as context.logger did before.
 TASK_LOGGER = "jobs.task"
 _ONWARD = logging.getLogger(TASK_LOGGER)
+_LARGEST = sys.float_info.max
 
 
 def _number(value, name):
-    if type(value) is int and value >= 0:  # the common case, checked first
+    if type(value) is int and 0 <= value <= _LARGEST:  # the common case, checked first
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"progress: {name} must be a number, not {type(value).__name__}")
+    if isinstance(value, int) and value > _LARGEST:
+        # No larger than a float can be: past that, JSON cannot carry it (nor repr show it).
+        raise ValueError(f"progress: {name} must be a finite number >= 0, at most {_LARGEST:.1e}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"progress: {name} must be a finite number >= 0, not {value!r}")
     return value

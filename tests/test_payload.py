@@ -78,6 +78,18 @@ REFUSED = [
         ValueError,
         "kwargs['o'][0]: strings must be valid Unicode",
     ),
+    (
+        "args",
+        [[1, 10**5000]],
+        ValueError,
+        "args[0][1]: an integer of more than 4,300 digits is not valid JSON here",
+    ),
+    (
+        "return value",
+        {"n": -(10**4300)},
+        ValueError,
+        "return value['n']: an integer of more than 4,300 digits",
+    ),
     ("args", [b"x"], TypeError, "args[0]: bytes is not JSON-serialisable; pass ids, strings"),
     ("kwargs", {"it's": {"s": {1}}}, TypeError, "kwargs[\"it's\"]['s']: set is not JSON"),
     ("return value", object(), TypeError, "return value: object is not JSON-serialisable"),
@@ -96,7 +108,14 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("where", "value", "error", "message"), REFUSED, ids=repr)
+def _case_id(value) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # Python will not write an integer this long as text
+        return f"{type(value).__name__} with an integer too long to write"
+
+
+@pytest.mark.parametrize(("where", "value", "error", "message"), REFUSED, ids=_case_id)
 def test_a_refused_value_is_named_by_its_path_from_the_root(where, value, error, message):
     with pytest.raises(error) as raised:
         payload.check_json(value, where)

@@ -29,7 +29,7 @@ def test_pause_and_resume_are_persisted_and_audited():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("name", ["", "x" * 101, "a\x00b", None])
+@pytest.mark.parametrize("name", ["", "x" * 101, "a\x00b", "lone \udc80", None])
 def test_a_bad_queue_name_is_refused(name):
     with pytest.raises(ValueError):
         queues.pause(name)
