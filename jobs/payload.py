@@ -7,6 +7,8 @@ import json
 import math
 from collections.abc import Mapping
 
+from .text import holds_as_is
+
 # A job's arguments (args and kwargs together) and its return value are each at most this many
 # bytes of JSON text. They travel through the database, the worker and an executor's pipe, and
 # the console shows them: large data belongs in storage, with its key passed instead.
@@ -123,15 +125,13 @@ def _kind_of(value) -> type | None:
 
 
 def _check_text(text, where, what):
+    if holds_as_is(text):
+        return
     if "\x00" in text:
         raise ValueError(f"{_path(where)}: {what} may not contain NUL characters")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(
-                f"{_path(where)}: strings must be valid Unicode (this one holds a lone surrogate)"
-            ) from None
+    raise ValueError(
+        f"{_path(where)}: strings must be valid Unicode (this one holds a lone surrogate)"
+    )
 
 
 def _too_deep(where):

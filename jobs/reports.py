@@ -44,7 +44,7 @@ def _number(value, name):
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"progress: {name} must be a number, not {type(value).__name__}")
-    if isinstance(value, int) and value > _LARGEST:
+    if isinstance(value, int) and abs(value) > _LARGEST:
         # No larger than a float can be: past that, JSON cannot carry it (nor repr show it).
         raise ValueError(f"progress: {name} must be a finite number >= 0, at most {_LARGEST:.1e}")
     if not math.isfinite(value) or value < 0:

@@ -106,6 +106,8 @@ def test_bad_progress_is_refused_at_the_call_with_a_clear_error():
         report.progress(1, float("nan"))
     with pytest.raises(ValueError, match="done must be a finite number >= 0, at most 1.8e"):
         report.progress(10**5000)
+    with pytest.raises(ValueError, match="total must be a finite number >= 0, at most 1.8e"):
+        report.progress(1, -(10**5000))
     with pytest.raises(TypeError, match="message must be a str"):
         report.progress(1, 2, b"bytes")
     value = reports.progress_value(reports.checked_progress(1, 2, "m" * 5000), attempt=1)
