@@ -136,7 +136,7 @@ class ExecutorLoop:
                 continue
             ran = run_attempt(claimed, worker_id=self.worker_id)
             self._answer(seq, slot, ran)
-            self.tidy()
+            self.tidy(claimed)
         # Asked to stop: what runs here finishes first (the worker kills us past its timeout).
         self.all_done.wait()
 
@@ -387,9 +387,9 @@ def _stopped(claimed, reason) -> Exception:
 async def _release_connections():
     """Close the database connections the coroutines used (in Django's sync thread) once
     none runs: an idle executor holds none, and a broken one never reaches the next job."""
-    from django.db import connections
+    from .task_connections import release_all
 
-    await _sync(connections.close_all)
+    await _sync(release_all)
 
 
 async def _sync(fn):

@@ -462,3 +462,51 @@ async def reads_jobs(job_id):
     job = await Job.objects.aget(id=job_id)
     count = await Job.objects.filter(task_path=job.task_path).acount()
     return {"task_path": job.task_path, "count": count}
+
+
+# --- transactions a task leaves open (tests/test_task_connections.py) -------------------------
+
+
+def _row(name):
+    from django.contrib.auth.models import Group  # a table nothing else here writes
+
+    Group.objects.create(name=name)
+
+
+def _leave_open(how, name):
+    from django.db import transaction
+
+    if how == "autocommit":
+        transaction.set_autocommit(False)
+    else:
+        transaction.atomic().__enter__()
+    _row(name)
+
+
+@task(backoff=NO_WAIT)
+def leaves_transaction_open(how, name):
+    """Writes a row inside a transaction it never ends: autocommit off, or an atomic block."""
+    _leave_open(how, name)
+    return name
+
+
+@task(backoff=NO_WAIT)
+def writes_row(name):
+    _row(name)
+    return name
+
+
+@task(backoff=NO_WAIT)
+async def leaves_transaction_open_async(how, name):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_leave_open)(how, name)
+    return name
+
+
+@task(backoff=NO_WAIT)
+async def writes_row_async(name):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_row)(name)
+    return name

@@ -36,7 +36,7 @@ def executor(tmp_path, monkeypatch):
         "test-worker",
         codecs=(_job_codec(), _ran_codec()),
         dumps=_dumps,
-        tidy=lambda: None,
+        tidy=lambda claimed=None: None,
     )
     serving = threading.Thread(target=loop.serve, daemon=True)
     serving.start()

@@ -5,7 +5,6 @@ since when (jobs.executor_loop): deadlines are enforced from outside, and after 
 worker knows which jobs were running (failed attempts) and which it never started.
 """
 
-import functools
 import os
 import signal
 import threading
@@ -66,6 +65,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
     from django.db import connections
 
     from ..reports import start_live_writer
+    from ..task_connections import tidy
 
     start_live_writer()
     executor = ExecutorLoop(
@@ -76,7 +76,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         worker_id,
         codecs=(_job_codec(), _ran_codec()),
         dumps=_dumps,
-        tidy=functools.partial(_tidy_connections, connections),
+        tidy=tidy,
     )
 
     def watchdog():
@@ -98,13 +98,3 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         return  # the worker is gone
     finally:
         connections.close_all()
-
-
-def _tidy_connections(connections):
-    """Drop connections a task broke, so the next job starts with a working one."""
-    for conn in connections.all(initialized_only=True):
-        if conn.in_atomic_block:
-            # A task left a transaction open; do not let it leak into the next job.
-            conn.close()
-        elif conn.errors_occurred and conn.connection is not None and not conn.is_usable():
-            conn.close()
