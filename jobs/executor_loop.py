@@ -185,7 +185,17 @@ class ExecutorLoop:
     def _run_loop(self):
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._tick)
-        self.loop.run_forever()
+        while True:  # nothing here ever stops the loop: the process ends with it running
+            # A job can stop it all the same: loop.stop(), or SystemExit or KeyboardInterrupt
+            # raised in a task of its own that nobody awaits, which asyncio lets out of the
+            # loop. Left stopped, every coroutine in it would wait in `running` for ever.
+            try:
+                self.loop.run_forever()
+            except BaseException as exc:
+                why = f"{type(exc).__name__} raised in a task a job started"
+            else:
+                why = "a job called loop.stop()"
+            logger.warning("this executor's event loop stopped (%s): started again", why)
 
     def _tick(self):
         now = time.monotonic()

@@ -510,3 +510,21 @@ async def writes_row_async(name):
 
     await sync_to_async(_row)(name)
     return name
+
+
+@task(backoff=NO_WAIT)
+async def stops_its_loop(key, how):
+    """Stops the executor's event loop: by loop.stop(), or by a task of its own that raises
+    SystemExit, which asyncio lets out of the loop."""
+    loop = asyncio.get_running_loop()
+    if how == "stop":
+        loop.stop()
+    else:
+
+        async def exits():
+            raise SystemExit(4)
+
+        loop.create_task(exits())
+    await asyncio.sleep(0.2)
+    _event(f"end:{key}")
+    return key

@@ -192,6 +192,24 @@ def test_an_async_task_uses_the_async_orm(run_worker):
     assert done.return_value == {"task_path": "tests.tasks.add", "count": 1}
 
 
+@pytest.mark.parametrize("how", ["stop", "stray SystemExit"])
+def test_a_job_that_stops_the_event_loop_finishes_and_so_do_the_coroutines_after_it(
+    run_worker, how
+):
+    stopper = tasks.stops_its_loop.enqueue("stopper", how)
+    after = [tasks.awaits.using(after=stopper).enqueue(f"after-{i}", 0.05) for i in range(3)]
+    beside = tasks.awaits.enqueue("beside", 0.5)
+
+    proc = run_worker("--concurrency", "1", "--async-concurrency", "4", timeout=60)
+
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    ids = [stopper.id, beside.id, *(a.id for a in after)]
+    states = list(Job.objects.filter(id__in=ids).values_list("state", flat=True))
+    assert states == [JobState.SUCCEEDED] * 5, proc.stderr[-3000:]
+    assert "this executor's event loop stopped" in proc.stderr
+    assert_nothing_running()
+
+
 def test_a_coroutine_holding_the_event_loop_is_reported_with_its_task_and_how_long(
     spawn_worker, subprocess_env
 ):
