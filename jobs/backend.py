@@ -89,6 +89,11 @@ class JobsBackend(BaseTaskBackend):
     # --- validation -------------------------------------------------------------------------
 
     def validate_task(self, task):
+        if task.run_after is not None and not isinstance(task.run_after, datetime):
+            # Django's own check would fail on it with an AttributeError.
+            raise InvalidTask(
+                f"run_after must be an aware datetime, not {type(task.run_after).__name__}"
+            )
         super().validate_task(task)
         if not isinstance(task, JobTask):
             return

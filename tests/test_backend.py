@@ -230,6 +230,7 @@ def test_a_continuation_of_an_unknown_job_is_refused():
         ({"limit_key": "lone \udc80"}, "limit_key must be .* without NUL or a lone surrogate"),
         ({"not_after": "tomorrow"}, "not_after"),
         ({"priority": 101}, "priority"),
+        ({"run_after": "tomorrow"}, "run_after must be an aware datetime, not str"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_error(options, message):
