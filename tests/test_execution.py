@@ -103,6 +103,16 @@ def test_on_crash_dead_letter_stops_at_the_first_crash_and_retry_tries_again(run
     assert CounterDelta.objects.totals()["jobs_failed"] == 2  # each crashed attempt
 
 
+def test_a_timeout_shorter_than_the_poll_interval_stops_every_job_that_runs_past_it(run_worker):
+    # The worker polls once a second when it has a wake-up channel (both databases here). A
+    # job's start shows in its executor's status and wakes nobody, so the worker must look
+    # again within the timeout: before it did, some of these ran to the end and succeeded.
+    jobs = [tasks.sleepy.using(timeout=0.3, max_attempts=1).enqueue(0.8) for _ in range(8)]
+    output = burst(run_worker, "--concurrency", "4")
+    ended = Job.objects.filter(id__in=[j.id for j in jobs]).values_list("state", "error_type")
+    assert list(ended) == [("dead_letter", "JobTimeout")] * 8, output[-3000:]
+
+
 def test_a_backoff_callable_gets_a_task_result_on_a_crash_and_on_a_timeout(
     run_worker, subprocess_env
 ):

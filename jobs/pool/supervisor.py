@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 CRASH_STREAK_FREE = 2
 RESTART_DELAY = 0.25
 MAX_RESTART_DELAY = 10.0
+# While a job with a timeout has not been seen to start, the worker looks at least this often
+# (or once per timeout, if longer).
+UNSEEN_START_LOOK = 0.01
 
 
 @dataclass
@@ -314,9 +317,15 @@ class Supervisor:
         """`timeout` cut to the next moment something here is due: a deadline, a look at
         prefetched jobs, a restart."""
         for held in self.held.values():
-            deadline = self.deadline(held.claimed)
+            claimed = held.claimed
+            deadline = self.deadline(claimed)
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - now))
+            elif claimed.timeout and claimed.began is None:
+                # Its start is not seen yet (it shows in the executor's status, which wakes
+                # nobody): look again within its timeout, or a job shorter than the poll
+                # interval could run past its timeout and succeed before anyone looked.
+                timeout = min(timeout, max(claimed.timeout, UNSEEN_START_LOOK))
         if self.dispatcher.prefetching():
             timeout = min(timeout, PREFETCH_BUDGET)
         for executor in self.executors:
