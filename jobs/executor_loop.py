@@ -21,6 +21,7 @@ cancel makes it fail as cancelled when its turn comes, without running its body.
 
 import asyncio
 import logging
+import os
 import pickle
 import queue
 import sys
@@ -195,6 +196,11 @@ class ExecutorLoop:
                 why = f"{type(exc).__name__} raised in a task a job started"
             else:
                 why = "a job called loop.stop()"
+            if self.loop.is_closed():
+                # Nothing left to run its coroutines on: end the process, and the worker
+                # settles each of its jobs as for any executor that dies.
+                logger.error("this executor's event loop was closed (%s): exiting", why)
+                os._exit(70)
             logger.warning("this executor's event loop stopped (%s): started again", why)
 
     def _tick(self):

@@ -4,11 +4,15 @@ sent beyond its free slots wait there, in order, and start as slots free.
 The loop runs in a thread on one end of a real pipe; the test is the worker on the other end.
 """
 
+import asyncio
 import json
 import multiprocessing
 import pickle
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +127,41 @@ def test_a_waiting_coroutine_the_worker_took_back_is_answered_released_and_never
     wait_for(lambda: {1, 2, 3} <= set(read()), timeout=10, what="all three answered")
     assert [read()[seq].kind for seq in (1, 2, 3)] == [RanKind.OK, RanKind.OK, RanKind.RELEASED]
     assert "start:taken-back" not in ledger(tmp_path)
+
+
+def _run_a_loop_that_a_job_closed():
+    ours, theirs = multiprocessing.Pipe()
+    executor = ExecutorLoop(
+        theirs,
+        new_status(1),
+        threading.Lock(),
+        threading.Event(),
+        "test-worker",
+        codecs=(_job_codec(), _ran_codec()),
+        dumps=_dumps,
+        tidy=lambda claimed=None: None,
+    )
+    executor.loop = asyncio.new_event_loop()
+    # As if a job stopped the loop and another thread of it closed the loop before it ran again.
+    executor.loop.run_forever = executor.loop.close
+    executor._run_loop()
+
+
+def test_an_event_loop_a_job_closed_ends_the_executor_instead_of_spinning(subprocess_env):
+    # A stopped loop runs again (tests/test_async_execution.py); a closed one cannot, and
+    # running it again would fail at once, for ever. The process ends, and the worker settles
+    # its jobs as for any executor that dies.
+    code = (
+        "import django; django.setup(); "
+        "from tests.test_executor_loop import _run_a_loop_that_a_job_closed as run; run()"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        env=subprocess_env,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 70, child.stderr[-2000:]
+    assert "this executor's event loop was closed" in child.stderr
