@@ -29,10 +29,11 @@ from .timing import Timing
 DEFAULT_ASYNC_CONCURRENCY = 10
 
 
-def check_limit_key(key, error=ValueError) -> str:
+def check_key(field: str, key, error=ValueError) -> str:
+    """`key` if it can be a job's `field` (dedup_key or limit_key: 255-character columns)."""
     if not isinstance(key, str) or not 0 < len(key) <= 255 or not holds_as_is(key):
         raise error(
-            "limit_key must be a string of 1-255 characters without NUL or a lone surrogate, "
+            f"{field} must be a string of 1-255 characters without NUL or a lone surrogate, "
             f"not {key!r}"
         )
     return key
@@ -43,7 +44,7 @@ def limit_key_for(task, args, kwargs) -> str | None:
     key = getattr(task, "limit_key", None)
     if callable(key):
         key = key(args, kwargs)
-    return None if key is None else check_limit_key(key)
+    return None if key is None else check_key("limit_key", key)
 
 
 STATUS_OF_STATE = {
@@ -117,15 +118,8 @@ class JobsBackend(BaseTaskBackend):
             value = getattr(task, name)
             if isinstance(value, datetime) and (why := moments.refusal(name, value)):
                 raise InvalidTask(why)
-        if task.dedup_key is not None and (
-            not isinstance(task.dedup_key, str)
-            or not 0 < len(task.dedup_key) <= 255
-            or not holds_as_is(task.dedup_key)
-        ):
-            raise InvalidTask(
-                "dedup_key must be a non-empty string of at most 255 characters, "
-                "without NUL or a lone surrogate"
-            )
+        if task.dedup_key is not None:
+            check_key("dedup_key", task.dedup_key, InvalidTask)
         if task.on_crash not in ON_CRASH_CHOICES:
             raise InvalidTask(f"on_crash must be one of {ON_CRASH_CHOICES}, not {task.on_crash!r}")
         try:
@@ -133,7 +127,7 @@ class JobsBackend(BaseTaskBackend):
         except ValueError as e:
             raise InvalidTask(f"queue_name {e}") from None
         if task.limit_key is not None and not callable(task.limit_key):
-            check_limit_key(task.limit_key, InvalidTask)
+            check_key("limit_key", task.limit_key, InvalidTask)
 
     def backoff_for(self, task):
         return getattr(task, "backoff", None) or self.default_backoff
