@@ -321,10 +321,10 @@ class Supervisor:
             deadline = self.deadline(claimed)
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - now))
-            elif claimed.timeout and claimed.began is None:
-                # Its start is not seen yet (it shows in the executor's status, which wakes
-                # nobody): look again within its timeout, or a job shorter than the poll
-                # interval could run past its timeout and succeed before anyone looked.
+            elif claimed.timeout:
+                # No deadline yet: its start is not seen (it shows in the executor's status,
+                # which wakes nobody). Look again within its timeout, or a job shorter than
+                # the poll interval could run past its timeout and succeed before anyone looked.
                 timeout = min(timeout, max(claimed.timeout, UNSEEN_START_LOOK))
         if self.dispatcher.prefetching():
             timeout = min(timeout, PREFETCH_BUDGET)
