@@ -3,7 +3,9 @@
 Nothing in here may raise, whatever a task's exception does in `__str__` or `__repr__`.
 """
 
+import linecache
 import re
+import sys
 import traceback
 
 from .text import storable
@@ -65,10 +67,13 @@ class _PlainStack(traceback.StackSummary):
     the first source line of the statement, without the ~~~^^^ markers under it."""
 
     def format_frame_summary(self, frame, **kwargs):
-        filename = "<stdin>" if frame.filename.startswith("<stdin>-") else frame.filename
-        text = f'  File "{filename}", line {frame.lineno}, in {frame.name}\n'
-        line = frame.line
-        return f"{text}    {line}\n" if line else text
+        return _frame_lines(frame.filename, frame.lineno, frame.name, frame.line)
+
+
+def _frame_lines(filename, lineno, name, line) -> str:
+    filename = "<stdin>" if filename.startswith("<stdin>-") else filename
+    text = f'  File "{filename}", line {lineno}, in {name}\n'
+    return f"{text}    {line}\n" if line else text
 
 
 def _format_traceback(exc: BaseException) -> str:
@@ -82,16 +87,22 @@ def _format_traceback(exc: BaseException) -> str:
     """
     if isinstance(exc, NameError):
         top = traceback.TracebackException.from_exception(exc)
+        frames = None
     else:
         top = traceback.TracebackException(type(exc), exc, None)
-        top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
+        frames = _frames_text(exc.__traceback__)
+        if frames is None:
+            top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
     if top.__cause__ is None and top.__context__ is None and top.exceptions is None:
         # One exception alone, as most failures are: the text format() gives, without its
         # pass of every piece through textwrap.indent (an empty indent here), which took a
         # quarter of a failed attempt's time.
-        frames = "".join(_PlainStack(top.stack).format())
-        head = f"Traceback (most recent call last):\n{frames}" if top.stack else ""
+        if frames is None:
+            frames = "".join(_PlainStack(top.stack).format())
+        head = f"Traceback (most recent call last):\n{frames}" if frames else ""
         return head + "".join(top.format_exception_only())
+    if frames is not None:
+        top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
     pending, seen = [top], set()
     while pending:
         te = pending.pop()
@@ -102,6 +113,44 @@ def _format_traceback(exc: BaseException) -> str:
         pending += [t for t in (te.__cause__, te.__context__) if t is not None]
         pending += te.exceptions or []
     return "".join(top.format())
+
+
+# (code, line number) -> that frame's lines in a traceback. A process's code does not change
+# under it, so each frame is put into words once: StackSummary.extract looks up every file's
+# modification time and every source line again on each failure, two thirds of the time a
+# failed attempt spent on its text.
+_FRAME_TEXTS: dict = {}
+_FRAME_TEXTS_KEPT = 4096
+
+
+def _frames_text(tb) -> str | None:
+    """The frames of `tb` as _PlainStack writes them; None where that needs more than one
+    line per frame (a recursion's repeated frames, which Python folds) or a limit is set."""
+    if getattr(sys, "tracebacklimit", None) is not None:
+        return None
+    texts, last = [], None
+    for frame, lineno in traceback.walk_tb(tb):
+        code = frame.f_code
+        where = (code.co_filename, lineno, code.co_name)
+        if where == last:
+            return None
+        last = where
+        text = _FRAME_TEXTS.get((code, lineno))
+        if text is None:
+            text = _frame_text(frame, code, lineno)
+            if len(_FRAME_TEXTS) >= _FRAME_TEXTS_KEPT:
+                _FRAME_TEXTS.clear()
+            _FRAME_TEXTS[code, lineno] = text
+        texts.append(text)
+    return "".join(texts)
+
+
+def _frame_text(frame, code, lineno) -> str:
+    filename = code.co_filename
+    linecache.lazycache(filename, frame.f_globals)
+    linecache.checkcache(filename)
+    line = linecache.getline(filename, lineno).strip() if lineno is not None else None
+    return _frame_lines(filename, lineno, code.co_name, line)
 
 
 def _mark(removed: int) -> str:

@@ -59,6 +59,12 @@ def _syntax_error():
     compile("x = (1,\n", "<job>", "exec")
 
 
+def _recursing(depth=10):
+    if depth:
+        _recursing(depth - 1)
+    raise ValueError("at the bottom")
+
+
 def _raised_by(f):
     try:
         f()
@@ -91,11 +97,25 @@ def _as_python_prints_it_without_column_positions(exc):
         _group,
         _misspelt_name,
         _syntax_error,
+        _recursing,
     ],
 )
 def test_traceback_is_what_python_prints_without_column_positions(f):
     exc = _raised_by(f)
     assert describe(exc)[2] == _as_python_prints_it_without_column_positions(exc)
+
+
+def test_the_same_failure_twice_is_described_the_same_twice():
+    first, second = describe(_raised_by(_plain))[2], describe(_raised_by(_plain))[2]
+    assert first == second == _as_python_prints_it_without_column_positions(_raised_by(_plain))
+
+
+def test_a_traceback_limit_the_project_sets_is_kept(monkeypatch):
+    monkeypatch.setattr("sys.tracebacklimit", 2, raising=False)
+    exc = _raised_by(_plain)
+    text = describe(exc)[2]
+    assert text == _as_python_prints_it_without_column_positions(exc)
+    assert text.count("File ") == 2
 
 
 def test_traceback_keeps_every_frame_and_the_first_line_of_each_statement():
