@@ -217,3 +217,46 @@ def test_an_insert_statement_of_no_job_counts_nothing_and_wakes_nobody(listening
         cursor.execute("INSERT INTO jobs_job SELECT * FROM jobs_job WHERE false")
     assert listening() == []
     assert CounterDelta.objects.filter(name="jobs_enqueued").count() == 0
+
+
+def _plans_of_nested_statements(sql):
+    """(statement, plan) of each statement a trigger ran for `sql`, as auto_explain gives them."""
+    notices = []
+
+    def keep(diagnostic):
+        notices.append(diagnostic.message_primary or "")
+
+    pg = connection.connection
+    pg.add_notice_handler(keep)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+                " SET auto_explain.log_analyze = on; SET auto_explain.log_nested_statements = on;"
+                " SET auto_explain.log_level = notice"
+            )
+            cursor.execute(sql)
+            cursor.execute("SET auto_explain.log_min_duration = -1")
+    finally:
+        pg.remove_notice_handler(keep)
+    return notices
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_many_jobs_reads_each_deleted_row_once_whatever_the_first_delete_planned():
+    # The connection's first delete, which found nothing, plans the trigger's statement for
+    # no rows; a later delete of hundreds must not reuse that plan (a nested loop over every
+    # pair of deleted job and search row: a minute for 10,000 jobs).
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_job")
+    noop.enqueue_many([((i,), {}) for i in range(300)])
+
+    notices = _plans_of_nested_statements("DELETE FROM jobs_job")
+
+    plans = [n for n in notices if "DELETE FROM jobs_searchtext" in n]
+    assert plans, notices
+    loops = [int(n) for n in re.findall(r"Tuplestore Scan .* loops=(\d+)\)", plans[-1])]
+    assert loops == [1], plans[-1]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM jobs_searchtext")
+        assert cursor.fetchone()[0] == 0
