@@ -15,7 +15,16 @@ import uuid
 from django.db import DataError, connection
 from django.db.backends.signals import connection_created
 
-from . import breaker, db, maintenance, observers, schedules, startup_signals, worker_node
+from . import (
+    breaker,
+    db,
+    maintenance,
+    observers,
+    schedules,
+    schema,
+    startup_signals,
+    worker_node,
+)
 from . import outcome as oc
 from .compat import task_backends
 from .errors import JobCancelled
@@ -62,8 +71,9 @@ class Worker:
             settle=self._settle_stopped,
         )
         self.dispatcher = self.supervisor.dispatcher
-        self.listener = db.listener(self.backend.options)
-        self.poll_interval = config.poll_interval or (1.0 if self.listener else 0.1)
+        self.listener: db.Listener | None = None  # set once the database answers (run)
+        self.poll_interval = config.poll_interval or 0.1
+        self.started = False  # executors started: from then on a stop hands work back
         self.next_heartbeat = 0.0
         self.next_schedule_tick = 0.0
         self.heartbeats = 0
@@ -81,25 +91,54 @@ class Worker:
         if connection.connection is not None:
             self._session_limits(None, connection)
         self._install_signal_handlers()
-        self.supervisor.start_all(self.config.concurrency)
-        self._with_db(self._register)
-        queues = ", ".join(self.config.queues) or "all queues"
-        logger.info(
-            "worker %s started: %s, concurrency %d (async %d each), %s database, pid %d%s",
-            self.worker_id,
-            queues,
-            self.config.concurrency,
-            self.config.async_concurrency,
-            connection.vendor,
-            os.getpid(),
-            " (burst)" if self.config.burst else "",
-            extra={"event": "worker_started"},
-        )
+        # A worker may start before its database does (a reboot, a compose file): it waits,
+        # as it does for an outage later, and starts nothing until the tables are there.
         try:
+            ready = not self.stopping and self._with_db(self._database_ready)
+        except BaseException:
+            self._restore_process()
+            raise
+        if not ready:
+            self._restore_process()
+            logger.info("worker %s stopped before it started", self.worker_id)
+            return 130 if self.hard_stop else 0
+        self.started = True
+        try:
+            # Inside the try: whatever fails from here on, the executors are stopped. Left
+            # running, they would keep the exiting process waiting for them for good.
+            self.supervisor.start_all(self.config.concurrency)
+            self._with_db(self._register)
+            queues = ", ".join(self.config.queues) or "all queues"
+            logger.info(
+                "worker %s started: %s, concurrency %d (async %d each), %s database, pid %d%s",
+                self.worker_id,
+                queues,
+                self.config.concurrency,
+                self.config.async_concurrency,
+                connection.vendor,
+                os.getpid(),
+                " (burst)" if self.config.burst else "",
+                extra={"event": "worker_started"},
+            )
             self._loop()
         finally:
             self._shutdown()
         return self.exit_code
+
+    def _database_ready(self) -> bool:
+        """The database answers and holds every migration this code needs (else
+        schema.SchemaNotReady); then the connection that wakes this worker for new jobs."""
+        schema.check_ready()
+        with connection.wrap_database_errors:  # the driver's own errors, as Django's
+            self.listener = db.listener(self.backend.options)
+        if not self.config.poll_interval and self.listener:
+            self.poll_interval = 1.0
+        return True
+
+    def _restore_process(self):
+        """Put back what run() changed in the process: signal handlers, connection hooks."""
+        self.signals.restore()
+        connection_created.disconnect(self._session_limits)
 
     def _loop(self):
         while True:
@@ -202,7 +241,10 @@ class Worker:
     def _on_signal(self, signum, frame):
         self.signals_seen += 1
         name = signal.Signals(signum).name
-        if self.signals_seen == 1:
+        if self.signals_seen == 1 and not self.started:
+            self._begin_stopping(time.monotonic())
+            logger.info("received %s before the worker started: stopping", name)
+        elif self.signals_seen == 1:
             self._begin_stopping(time.monotonic())
             self.supervisor.stop_flag.set()
             running = sum(1 for h in self.held.values() if h.claimed.began is not None)
@@ -494,8 +536,7 @@ class Worker:
                 reset_connection()  # a connection cut while idle fails on first use
         if self.listener:
             self.listener.close()
-        self.signals.restore()
-        connection_created.disconnect(self._session_limits)
+        self._restore_process()
         logger.info(
             "worker %s stopped: %d job(s) processed",
             self.worker_id,
@@ -516,12 +557,15 @@ class Worker:
             except DB_ERRORS as e:
                 if not is_transient(e):
                     raise
+                reset_connection()
+                if self.hard_stop or (self.stopping and not self.started):
+                    logger.warning(
+                        "database unavailable (%s); not waiting: stopping", _first_line(e)
+                    )
+                    return None
                 logger.warning(
                     "database unavailable (%s); retrying in %.1fs", _first_line(e), delay
                 )
-                reset_connection()
-                if self.hard_stop:
-                    return None
                 self.signals.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 if self.stopping and time.monotonic() - self.stop_requested_at > (

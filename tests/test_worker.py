@@ -2,17 +2,21 @@
 
 import collections
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from jobs import actions
 from jobs.models import CounterDelta, Job, WorkerNode
 from jobs.states import JobState
 from tests import tasks
+from tests.conftest import ROOT
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -331,3 +335,76 @@ def test_a_stop_request_while_the_worker_starts_ends_it_cleanly(start_worker):
     assert proc.returncode == 0, output
     assert "received SIGTERM" in output
     assert not Job.objects.filter(state=JobState.RUNNING).exists()
+
+
+@pytest.fixture
+def scratch_server(tmp_path):
+    """Databases on the test server that come and go (an SQLite file is there, or is created
+    empty, which a worker refuses: tests/test_schema.py)."""
+    from jobs.db.pooler import is_pooled
+    from tests.scratch_databases import ScratchDatabases
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a database server that starts after the worker")
+    if is_pooled(connection):
+        pytest.skip("databases created and renamed under a pooler's pools")
+    databases = ScratchDatabases(tmp_path)
+    yield databases
+    databases.drop_all()
+
+
+def _read_until(proc, text, timeout=60) -> str:
+    """The worker's output up to the first line holding `text`."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"no line with {text!r} in:\n{''.join(seen)}")
+
+
+def test_a_worker_started_before_its_database_waits_for_it(
+    start_worker, scratch_server, subprocess_env
+):
+    subprocess_env["DATABASE_URL"] = scratch_server.url("late")
+    proc = start_worker("--burst", "--concurrency", "1")
+    waited = _read_until(proc, "database unavailable")
+
+    def one_job(url):
+        env = {**subprocess_env, "DATABASE_URL": url}
+        enqueued = subprocess.run(
+            [sys.executable, "manage.py", "enqueue", "tests.tasks.add", "2", "40"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert enqueued.returncode == 0, enqueued.stderr
+
+    scratch_server.create("late", migrate_to=(), then=one_job)
+    output, _ = proc.communicate(timeout=120)
+
+    assert proc.returncode == 0, waited + output
+    assert "retrying in" in waited
+    assert "tests.tasks.add" in output and "stopped: 1 job(s) processed" in output
+
+
+def test_a_worker_waiting_for_its_database_stops_at_a_signal(
+    start_worker, scratch_server, subprocess_env
+):
+    subprocess_env["DATABASE_URL"] = scratch_server.url("never")
+    proc = start_worker("--concurrency", "1")
+    waited = _read_until(proc, "database unavailable")
+
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=30)
+
+    assert proc.returncode == 0, waited + output
+    assert "received SIGTERM before the worker started: stopping" in output
+    assert "stopped before it started" in output
+    assert "Traceback" not in waited + output

@@ -1,8 +1,11 @@
 """The worker built and driven in the test process (its executors are real child processes)."""
 
+import multiprocessing
+
 import pytest
 from django.db import connection
 
+from jobs import worker_node
 from jobs.models import Job, WorkerNode
 from jobs.states import JobState
 from jobs.worker import Worker, WorkerConfig
@@ -119,3 +122,17 @@ def test_an_outcome_the_database_refuses_is_stored_escaped_and_takes_no_other_do
     assert {j.state for j in Job.objects.filter(id__in=others)} == {JobState.SUCCEEDED}
     assert all(j.attempts.count() == 1 for j in Job.objects.filter(id__in=others))
     assert "recording them one by one" in caplog.text
+
+
+def test_executors_are_stopped_whatever_fails_once_they_started(run_in_process, monkeypatch):
+    def refused(*args, **kwargs):
+        raise RuntimeError("the worker's row could not be written")
+
+    monkeypatch.setattr(worker_node, "register", refused)
+    worker = Worker(WorkerConfig(concurrency=2, burst=True))
+
+    with pytest.raises(RuntimeError, match="could not be written"):
+        worker.run()
+
+    # Left running, they would keep the exiting worker waiting for them for good.
+    assert multiprocessing.active_children() == []

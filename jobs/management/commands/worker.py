@@ -6,6 +6,7 @@ from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
 from jobs.names import check_queue_name
+from jobs.schema import SchemaNotReady
 from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
@@ -128,6 +129,9 @@ class Command(BaseCommand):
         configure_worker_logging(options["log_level"])
         if options["log_format"] == "json":
             logformat.use_json()
-        code = Worker(config, backend_alias=options["backend"]).run()
+        try:
+            code = Worker(config, backend_alias=options["backend"]).run()
+        except SchemaNotReady as e:
+            raise CommandError(str(e)) from None
         if code:
             raise SystemExit(code)
