@@ -104,8 +104,7 @@ class Worker:
             return 130 if self.hard_stop else 0
         self.started = True
         try:
-            # Inside the try: whatever fails from here on, the executors are stopped. Left
-            # running, they would keep the exiting process waiting for them for good.
+            # Inside the try: whatever fails from here on, the executors are stopped.
             self.supervisor.start_all(self.config.concurrency)
             self._with_db(self._register)
             queues = ", ".join(self.config.queues) or "all queues"
@@ -122,7 +121,10 @@ class Worker:
             )
             self._loop()
         finally:
-            self._shutdown()
+            try:
+                self._shutdown()
+            finally:
+                self.supervisor.kill_remaining()
         return self.exit_code
 
     def _database_ready(self) -> bool:

@@ -7,6 +7,7 @@ from django.db import connection
 
 from jobs import worker_node
 from jobs.models import Job, WorkerNode
+from jobs.pool.supervisor import Supervisor
 from jobs.states import JobState
 from jobs.worker import Worker, WorkerConfig
 from tests import tasks
@@ -135,4 +136,17 @@ def test_executors_are_stopped_whatever_fails_once_they_started(run_in_process, 
         worker.run()
 
     # Left running, they would keep the exiting worker waiting for them for good.
+    assert multiprocessing.active_children() == []
+
+
+def test_executors_are_killed_when_stopping_them_in_order_fails(run_in_process, monkeypatch):
+    def broken(self):
+        raise RuntimeError("the orderly stop failed")
+
+    monkeypatch.setattr(Supervisor, "shutdown", broken)
+    worker = Worker(WorkerConfig(concurrency=2, burst=True))
+
+    with pytest.raises(RuntimeError, match="orderly stop failed"):
+        worker.run()
+
     assert multiprocessing.active_children() == []
