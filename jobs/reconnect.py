@@ -43,3 +43,9 @@ def reset_connection():
         connection.close()
     except Exception:
         connection.connection = None
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of a database error's text (its details follow on the next ones)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -32,7 +32,7 @@ from .errortext import for_log
 from .limits import LimitsCache
 from .models import Job, PausedQueue
 from .pool.supervisor import Held, Stopped, Supervisor
-from .reconnect import DB_ERRORS, is_transient, reset_connection
+from .reconnect import DB_ERRORS, first_line, is_transient, reset_connection
 from .signal_pipe import SignalPipe
 from .states import FAILED_ATTEMPT, JobState
 from .worker_config import WorkerConfig, default_worker_id
@@ -331,7 +331,7 @@ class Worker:
         logger.error(
             "the database refused a batch of %d outcome(s) (%s); recording them one by one",
             len(pending),
-            for_log(_first_line(error)),
+            for_log(first_line(error)),
         )
         self.finishes = []
         for finish in pending:
@@ -353,7 +353,7 @@ class Worker:
                     "job %s: its outcome cannot be stored (%s); its lease will expire and the "
                     "job is recovered as for a lost worker",
                     finish.job_id,
-                    for_log(_first_line(error)),
+                    for_log(first_line(error)),
                 )
 
     def _from_executor(self, executor, exited=False):
@@ -562,21 +562,13 @@ class Worker:
                 reset_connection()
                 if self.hard_stop or (self.stopping and not self.started):
                     logger.warning(
-                        "database unavailable (%s); not waiting: stopping", _first_line(e)
+                        "database unavailable (%s); not waiting: stopping", first_line(e)
                     )
                     return None
-                logger.warning(
-                    "database unavailable (%s); retrying in %.1fs", _first_line(e), delay
-                )
+                logger.warning("database unavailable (%s); retrying in %.1fs", first_line(e), delay)
                 self.signals.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 if self.stopping and time.monotonic() - self.stop_requested_at > (
                     self.config.shutdown_timeout + 5
                 ):
                     return None
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of a database error's text (its details follow on the next ones)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -14,6 +14,7 @@ from jobs.backend import JobTask, load_task
 from jobs.compat import InvalidTask
 from jobs.errors import DuplicateJob
 from jobs.management.arguments import whole_number
+from jobs.management.database import database_errors_explained
 from jobs.retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 
 # Exit status for anything wrong with what was asked (as argparse uses for bad options).
@@ -98,6 +99,10 @@ class Command(BaseCommand):
     def handle(
         self, *_, task_path, task_args, kwargs, queue, run_after, priority, max_attempts, **__
     ):
+        with database_errors_explained():
+            self._enqueue(task_path, task_args, kwargs, queue, run_after, priority, max_attempts)
+
+    def _enqueue(self, task_path, task_args, kwargs, queue, run_after, priority, max_attempts):
         try:
             task = load_task(task_path)
         except (ImportError, TypeError) as e:

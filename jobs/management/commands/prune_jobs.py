@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs.maintenance import DEFAULT_PRUNE_STATES, PRUNE_BATCH_SIZE, prune_jobs
 from jobs.management.arguments import whole_number
+from jobs.management.database import database_errors_explained
 
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 AGE = re.compile(r"(\d{1,6})([smhdw])")
@@ -64,13 +65,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"deleted {deleted} of {matched}")
 
         try:
-            result = prune_jobs(
-                older_than,
-                states or DEFAULT_PRUNE_STATES,
-                dry_run=dry_run,
-                batch_size=batch_size,
-                progress=progress,
-            )
+            with database_errors_explained():
+                result = prune_jobs(
+                    older_than,
+                    states or DEFAULT_PRUNE_STATES,
+                    dry_run=dry_run,
+                    batch_size=batch_size,
+                    progress=progress,
+                )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         described = (
