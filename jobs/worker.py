@@ -14,6 +14,7 @@ import uuid
 
 from django.db import DataError, connection
 from django.db.backends.signals import connection_created
+from django.utils import timezone
 
 from . import (
     breaker,
@@ -440,6 +441,16 @@ class Worker:
     # --- heartbeat and maintenance ----------------------------------------------------------
 
     def _register(self):
+        namesake = worker_node.live_namesake(self.worker_id, self.config.lease_seconds)
+        if namesake is not None:
+            logger.warning(
+                "another worker runs with the id %s (pid %d on %s, its last heartbeat %.0fs "
+                "ago): give each worker its own --worker-id; the console shows the two as one",
+                for_log(self.worker_id),
+                namesake.pid,
+                for_log(namesake.hostname),
+                (timezone.now() - namesake.last_heartbeat_at).total_seconds(),
+            )
         worker_node.register(self.worker_id, self.config, self.supervisor.free_slots())
 
     def _heartbeat(self):

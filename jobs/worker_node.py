@@ -8,6 +8,12 @@ from django.utils import timezone
 from .models import WorkerNode
 
 
+def live_namesake(worker_id: str, lease_seconds: float) -> WorkerNode | None:
+    """The row of a running worker that has this id already (its heartbeat within a lease):
+    two workers given one id show in the console, and count as online, as one."""
+    return WorkerNode.objects.online(lease_seconds).filter(id=worker_id).first()
+
+
 def register(worker_id: str, config, free_slots: dict):
     """The worker starts: its row, new or reused."""
     WorkerNode.objects.update_or_create(

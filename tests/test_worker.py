@@ -408,3 +408,26 @@ def test_a_worker_waiting_for_its_database_stops_at_a_signal(
     assert "received SIGTERM before the worker started: stopping" in output
     assert "stopped before it started" in output
     assert "Traceback" not in waited + output
+
+
+def test_a_worker_given_the_id_of_a_running_worker_is_warned(start_worker):
+    first = start_worker("--worker-id", "twin", "--concurrency", "1")
+    _read_until(first, "worker twin started")
+    second = start_worker("--worker-id", "twin", "--concurrency", "1")
+
+    seen = _read_until(second, "worker twin started")
+
+    assert "another worker runs with the id twin" in seen, seen
+    for proc in (first, second):
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, output
+
+
+def test_a_worker_restarted_under_its_id_is_not_warned(run_worker):
+    burst(run_worker, "--worker-id", "again")
+
+    again = burst(run_worker, "--worker-id", "again")
+
+    assert "worker again started" in again.stderr
+    assert "another worker" not in again.stderr
