@@ -1,9 +1,11 @@
 """The real worker, in a subprocess, against the test database."""
 
 import collections
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -354,16 +356,18 @@ def scratch_server(tmp_path):
 
 
 def _read_until(proc, text, timeout=60) -> str:
-    """The worker's output up to the first line holding `text`."""
+    """The worker's output up to the first line holding `text`; a worker that has not
+    written it within `timeout` seconds is killed (its process group), so the read ends."""
     seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
+    timer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+    timer.start()
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if text in line:
+                return "".join(seen)
+    finally:
+        timer.cancel()
     raise AssertionError(f"no line with {text!r} in:\n{''.join(seen)}")
 
 
