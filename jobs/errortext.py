@@ -85,15 +85,16 @@ def _format_traceback(exc: BaseException) -> str:
     frame's bytecode up to the failing instruction, the larger part of what was left); a
     NameError keeps them, as its "Did you mean" looks in the traceback's last frame.
     """
-    if isinstance(exc, NameError):
+    name_error = isinstance(exc, NameError)
+    if name_error:
         top = traceback.TracebackException.from_exception(exc)
-        frames = None
     else:
         top = traceback.TracebackException(type(exc), exc, None)
-        frames = _frames_text(exc.__traceback__)
-        if frames is None:
-            top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
-    if top.__cause__ is None and top.__context__ is None and top.exceptions is None:
+    lone = top.__cause__ is None and top.__context__ is None and top.exceptions is None
+    frames = _frames_text(exc.__traceback__) if lone and not name_error else None
+    if frames is None and not name_error:
+        top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
+    if lone:
         # One exception alone, as most failures are: the text format() gives, without its
         # pass of every piece through textwrap.indent (an empty indent here), which took a
         # quarter of a failed attempt's time.
@@ -101,8 +102,6 @@ def _format_traceback(exc: BaseException) -> str:
             frames = "".join(_PlainStack(top.stack).format())
         head = f"Traceback (most recent call last):\n{frames}" if frames else ""
         return head + "".join(top.format_exception_only())
-    if frames is not None:
-        top.stack = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__))
     pending, seen = [top], set()
     while pending:
         te = pending.pop()
