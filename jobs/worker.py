@@ -72,8 +72,9 @@ class Worker:
             settle=self._settle_stopped,
         )
         self.dispatcher = self.supervisor.dispatcher
-        self.listener: db.Listener | None = None  # set once the database answers (run)
-        self.poll_interval = config.poll_interval or 0.1
+        # Both set once the database answers (_database_ready).
+        self.listener: db.Listener | None = None
+        self.poll_interval = 0.0
         self.started = False  # executors started: from then on a stop hands work back
         self.next_heartbeat = 0.0
         self.next_schedule_tick = 0.0
@@ -134,8 +135,7 @@ class Worker:
         schema.check_ready()
         with connection.wrap_database_errors:  # the driver's own errors, as Django's
             self.listener = db.listener(self.backend.options)
-        if not self.config.poll_interval and self.listener:
-            self.poll_interval = 1.0
+        self.poll_interval = self.config.poll_interval or (1.0 if self.listener else 0.1)
         return True
 
     def _restore_process(self):

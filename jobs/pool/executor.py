@@ -252,11 +252,15 @@ class Executor:
     def alive(self):
         return self.process.is_alive()
 
-    def kill(self) -> list:
-        """Stop the child at once; returns the outcomes it had already sent."""
+    def end(self):
+        """Kill the child if it still runs, and reap it."""
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
+
+    def kill(self) -> list:
+        """Stop the child at once; returns the outcomes it had already sent."""
+        self.end()
         results = self.receive()
         self.conn.close()
         return results

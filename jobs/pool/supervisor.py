@@ -183,9 +183,7 @@ class Supervisor:
         """Kill each executor still running: a worker's last step on its way out, whatever
         failed before it (one left running would keep the exiting process waiting for good)."""
         for executor in self.executors:
-            if executor.process.is_alive():
-                executor.process.kill()
-                executor.process.join(5)
+            executor.end()
 
     def _stop(
         self, executor, *, failure, kind=RanKind.ERROR, culprit=None, results=None, crashed=False
