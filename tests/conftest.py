@@ -101,13 +101,14 @@ def ledger(subprocess_env):
 
 @pytest.fixture
 def manage(subprocess_env):
-    """Run `manage.py ...` to completion, as from a shell; returns the CompletedProcess."""
+    """Run `manage.py ...` to completion, as from a shell; returns the CompletedProcess.
+    `env` adds to or overrides the environment (another DATABASE_URL, say)."""
 
-    def run(*args, timeout=60, check=False):
+    def run(*args, timeout=60, check=False, env=None):
         return subprocess.run(
             [sys.executable, "manage.py", *args],
             cwd=ROOT,
-            env=subprocess_env,
+            env={**subprocess_env, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -115,6 +116,16 @@ def manage(subprocess_env):
         )
 
     return run
+
+
+@pytest.fixture
+def scratch_databases(tmp_path):
+    """Databases of their own for a test (tests/scratch_databases.py), dropped after it."""
+    from tests.scratch_databases import ScratchDatabases
+
+    databases = ScratchDatabases(tmp_path)
+    yield databases
+    databases.drop_all()
 
 
 @pytest.fixture

@@ -1,44 +1,7 @@
 """A worker started on a database that lacks jobsite's tables, or some of its migrations."""
 
-import subprocess
-import sys
-
 import pytest
 from django.db.migrations.loader import MigrationLoader
-
-from tests.conftest import ROOT
-from tests.scratch_databases import ScratchDatabases
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    databases = ScratchDatabases(tmp_path)
-    yield databases
-    databases.drop_all()
-
-
-def _worker(subprocess_env, url):
-    return subprocess.run(
-        [sys.executable, "manage.py", "worker", "--burst"],
-        cwd=ROOT,
-        env={**subprocess_env, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-@pytest.mark.django_db
-def test_a_worker_on_a_database_without_its_tables_says_to_migrate(scratch, subprocess_env):
-    url = scratch.create("empty")
-
-    worker = _worker(subprocess_env, url)
-
-    assert worker.returncode == 1
-    assert worker.stderr.strip() == (
-        "CommandError: the database has no jobsite tables yet: run `python manage.py migrate` first"
-    ), worker.stderr
-    assert "Traceback" not in worker.stdout + worker.stderr
 
 
 def _latest_and_the_one_before() -> tuple[str, str]:
@@ -49,11 +12,24 @@ def _latest_and_the_one_before() -> tuple[str, str]:
 
 
 @pytest.mark.django_db
-def test_a_worker_on_a_database_missing_a_migration_names_it(scratch, subprocess_env):
-    latest, before = _latest_and_the_one_before()
-    url = scratch.create("behind", migrate_to=("jobs", before))
+def test_a_worker_on_a_database_without_its_tables_says_to_migrate(scratch_databases, manage):
+    url = scratch_databases.create("empty")
 
-    worker = _worker(subprocess_env, url)
+    worker = manage("worker", "--burst", env={"DATABASE_URL": url}, timeout=120)
+
+    assert worker.returncode == 1
+    assert worker.stderr.strip() == (
+        "CommandError: the database has no jobsite tables yet: run `python manage.py migrate` first"
+    ), worker.stderr
+    assert "Traceback" not in worker.stdout + worker.stderr
+
+
+@pytest.mark.django_db
+def test_a_worker_on_a_database_missing_a_migration_names_it(scratch_databases, manage):
+    latest, before = _latest_and_the_one_before()
+    url = scratch_databases.create("behind", migrate_to=("jobs", before))
+
+    worker = manage("worker", "--burst", env={"DATABASE_URL": url}, timeout=120)
 
     assert worker.returncode == 1
     assert worker.stderr.strip() == (

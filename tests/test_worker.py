@@ -3,8 +3,6 @@
 import collections
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -18,7 +16,6 @@ from jobs import actions
 from jobs.models import CounterDelta, Job, WorkerNode
 from jobs.states import JobState
 from tests import tasks
-from tests.conftest import ROOT
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -340,19 +337,16 @@ def test_a_stop_request_while_the_worker_starts_ends_it_cleanly(start_worker):
 
 
 @pytest.fixture
-def scratch_server(tmp_path):
+def scratch_server(scratch_databases):
     """Databases on the test server that come and go (an SQLite file is there, or is created
     empty, which a worker refuses: tests/test_schema.py)."""
     from jobs.db.pooler import is_pooled
-    from tests.scratch_databases import ScratchDatabases
 
     if connection.vendor != "postgresql":
         pytest.skip("a database server that starts after the worker")
     if is_pooled(connection):
         pytest.skip("databases created and renamed under a pooler's pools")
-    databases = ScratchDatabases(tmp_path)
-    yield databases
-    databases.drop_all()
+    return scratch_databases
 
 
 def _read_until(proc, text, timeout=60) -> str:
@@ -372,22 +366,14 @@ def _read_until(proc, text, timeout=60) -> str:
 
 
 def test_a_worker_started_before_its_database_waits_for_it(
-    start_worker, scratch_server, subprocess_env
+    start_worker, scratch_server, subprocess_env, manage
 ):
     subprocess_env["DATABASE_URL"] = scratch_server.url("late")
     proc = start_worker("--burst", "--concurrency", "1")
     waited = _read_until(proc, "database unavailable")
 
     def one_job(url):
-        env = {**subprocess_env, "DATABASE_URL": url}
-        enqueued = subprocess.run(
-            [sys.executable, "manage.py", "enqueue", "tests.tasks.add", "2", "40"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        enqueued = manage("enqueue", "tests.tasks.add", "2", "40", env={"DATABASE_URL": url})
         assert enqueued.returncode == 0, enqueued.stderr
 
     scratch_server.create("late", migrate_to=(), then=one_job)
