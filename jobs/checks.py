@@ -1,6 +1,6 @@
-"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES and LIMITS
-options, and SQLite settings under which a worker and enqueuers would fail with "database is
-locked"."""
+"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES, LIMITS and
+MAX_SNOOZES options, and SQLite settings under which a worker and enqueuers would fail with
+"database is locked"."""
 
 from django.core import checks
 
@@ -19,6 +19,13 @@ def check_limits(app_configs=None, **kwargs):
     return _option_errors(
         "LIMITS", lambda backend: limit_spec.check(backend.options.get("LIMITS")), "jobs.E002"
     )
+
+
+@checks.register(checks.Tags.compatibility)
+def check_max_snoozes(app_configs=None, **kwargs):
+    from . import outcome
+
+    return _option_errors("MAX_SNOOZES", outcome.max_snoozes_problems, "jobs.E003")
 
 
 def _option_errors(option: str, problems_of, error_id: str) -> list:

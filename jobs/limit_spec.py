@@ -15,6 +15,11 @@ from .text import holds_as_is
 KINDS = ("queue", "task", "key")
 FIELDS = ("concurrency", "rate", "pause_after_failures")
 MAX_NAME = 255
+# The columns runtime overrides are stored in hold 32-bit counts on every database.
+MAX_COUNT = 2_147_483_647
+# A window is subtracted from the current time at every claim and breaker check; a year keeps
+# that far inside the calendar (a 1e11 s window overflowed it and stopped every worker).
+MAX_WINDOW_SECONDS = 365 * 24 * 3600
 
 
 class LimitError(ValueError):
@@ -63,8 +68,10 @@ def parse_name(name) -> tuple[str, str]:
 
 
 def parse_count(name: str, field: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise LimitError(f"limit {name!r}: {field} must be a whole number >= 1, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        raise LimitError(
+            f"limit {name!r}: {field} must be a whole number from 1 to {MAX_COUNT:,}, not {value!r}"
+        )
     return value
 
 
@@ -76,8 +83,11 @@ def parse_window(name: str, field: str, value) -> tuple[int, float]:
     n = parse_count(name, f"{field}'s n", n)
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise LimitError(f"limit {name!r}: {field}'s seconds must be a number > 0, not {seconds!r}")
-    if seconds != seconds or seconds == float("inf"):
-        raise LimitError(f"limit {name!r}: {field}'s seconds must be finite")
+    if seconds > MAX_WINDOW_SECONDS:
+        raise LimitError(
+            f"limit {name!r}: {field}'s seconds must be at most {MAX_WINDOW_SECONDS:,} "
+            f"(a year), not {seconds!r}"
+        )
     return n, float(seconds)
 
 

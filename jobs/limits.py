@@ -205,15 +205,18 @@ def declared(backend_alias: str = "default") -> dict[str, LimitSpec]:
 
 
 def spec_with_override(name: str, base: LimitSpec | None, override) -> LimitSpec:
+    """The limit an override stored in the database makes; LimitError when its values are
+    ones `set_limit` refuses now (stored by an earlier version)."""
     kind, target = parse_name(name)
     rate = None
     if override.rate_count is not None and override.rate_seconds is not None:
         rate = (override.rate_count, override.rate_seconds)
+    concurrency, rate = checked_values(name, override.concurrency, rate)
     return LimitSpec(
         name=name,
         kind=kind,
         target=target,
-        concurrency=override.concurrency,
+        concurrency=concurrency,
         rate=rate,
         pause_after_failures=base.pause_after_failures if base else None,
     )

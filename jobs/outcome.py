@@ -63,15 +63,36 @@ def now():
 DEFAULT_MAX_SNOOZES = 100
 
 
+def parse_max_snoozes(value) -> int:
+    """OPTIONS["MAX_SNOOZES"] as a count (None: the default); ValueError saying what is
+    wrong with it."""
+    if value is None:
+        return DEFAULT_MAX_SNOOZES
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"MAX_SNOOZES must be a whole number >= 0, not {value!r}")
+    return value
+
+
+def max_snoozes_problems(backend) -> list[str]:
+    """What is wrong with a backend's MAX_SNOOZES (`manage.py check`, the worker's start)."""
+    try:
+        parse_max_snoozes(backend.options.get("MAX_SNOOZES", DEFAULT_MAX_SNOOZES))
+    except ValueError as e:
+        return [str(e)]
+    return []
+
+
 def max_snoozes(backend_alias: str) -> int:
     """OPTIONS["MAX_SNOOZES"] of the job's backend: how often a job may snooze."""
     from .compat import task_backends
 
     try:
         options = task_backends[backend_alias].options
-    except Exception:  # a backend no longer configured: the default bound
+        return parse_max_snoozes(options.get("MAX_SNOOZES", DEFAULT_MAX_SNOOZES))
+    except Exception:
+        # A backend no longer configured, or a malformed option (the check and the worker's
+        # start report it): the default bound, never a worker stopped mid-finish.
         return DEFAULT_MAX_SNOOZES
-    return int(options.get("MAX_SNOOZES", DEFAULT_MAX_SNOOZES))
 
 
 # --- planning the next attempt -------------------------------------------------------------

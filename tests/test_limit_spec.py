@@ -24,12 +24,18 @@ def test_an_entry_reads_as_its_kind_target_and_numbers():
         ("bucket:x", {"concurrency": 1}, "unknown prefix"),
         ("emails", {"concurrency": 1}, "queue:NAME"),
         ("queue:", {"concurrency": 1}, "1-255 characters"),
-        ("queue:a", {"concurrency": 0}, "concurrency must be a whole number >= 1"),
-        ("queue:a", {"concurrency": -3}, "concurrency must be a whole number >= 1"),
-        ("queue:a", {"concurrency": True}, "concurrency must be a whole number >= 1"),
+        ("queue:a", {"concurrency": 0}, "concurrency must be a whole number from 1"),
+        ("queue:a", {"concurrency": -3}, "concurrency must be a whole number from 1"),
+        ("queue:a", {"concurrency": True}, "concurrency must be a whole number from 1"),
         ("queue:a", {"rate": 10}, "rate must be [n, seconds]"),
         ("queue:a", {"rate": [10]}, "rate must be [n, seconds]"),
-        ("queue:a", {"rate": [0, 1]}, "rate's n must be a whole number >= 1"),
+        ("queue:a", {"rate": [0, 1]}, "rate's n must be a whole number from 1"),
+        ("queue:a", {"concurrency": 2**31}, "from 1 to 2,147,483,647, not 2147483648"),
+        ("queue:a", {"rate": [10**22, 1]}, "rate's n must be a whole number from 1"),
+        ("queue:a", {"rate": [1, 1e11]}, "rate's seconds must be at most 31,536,000 (a year)"),
+        ("queue:a", {"rate": [1, float("nan")]}, "rate's seconds must be a number > 0"),
+        ("queue:a", {"rate": [1, float("inf")]}, "rate's seconds must be at most"),
+        ("queue:a", {"pause_after_failures": [1, 1e300]}, "pause_after_failures's seconds"),
         ("queue:a", {"rate": [10, 0]}, "rate's seconds must be a number > 0"),
         ("queue:a", {"rate": [10, "1"]}, "rate's seconds must be a number > 0"),
         ("queue:a", {"burst": 3}, "unknown key burst"),
@@ -44,6 +50,11 @@ def test_a_malformed_entry_is_refused_with_a_message_naming_it(name, entry, says
         parse(name, entry)
     assert says in str(caught.value)
     assert repr(name) in str(caught.value)
+
+
+def test_a_window_of_a_year_and_a_count_the_columns_hold_are_accepted():
+    spec = parse("queue:a", {"concurrency": 2**31 - 1, "rate": [2**31 - 1, 365 * 24 * 3600]})
+    assert spec.rate == (2**31 - 1, 31_536_000.0)
 
 
 def test_check_reports_every_malformed_entry_and_nothing_for_good_ones():

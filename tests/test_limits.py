@@ -15,7 +15,7 @@ from jobs import db
 from jobs.limit_spec import LimitError
 from jobs.limit_usage import usage
 from jobs.limits import LimitsCache, clear_limit, in_force, set_limit
-from jobs.models import AuditEntry, Job, LimitStart
+from jobs.models import AuditEntry, Job, LimitOverride, LimitStart
 from jobs.outcome import Outcome
 from jobs.states import JobState
 from tests.factories import make_job
@@ -207,12 +207,32 @@ def test_an_override_replaces_the_setting_until_it_is_cleared():
 
 
 def test_an_override_refuses_impossible_values_and_stores_nothing():
-    for bad in ({"concurrency": 0}, {"rate": [5]}, {"rate": [5, -1]}, {"concurrency": "2"}):
+    for bad in (
+        {"concurrency": 0},
+        {"rate": [5]},
+        {"rate": [5, -1]},
+        {"concurrency": "2"},
+        {"concurrency": 10**10},
+        {"rate": [1, 1e11]},
+    ):
         with pytest.raises(LimitError):
             set_limit("queue:emails", **bad)
     with pytest.raises(LimitError):
         set_limit("bucket:emails", concurrency=2)
     assert not AuditEntry.objects.exists()
+
+
+def test_an_override_stored_with_a_window_now_refused_is_left_out_and_breaks_nothing():
+    from jobs.limits import prune_starts
+
+    LimitOverride.objects.create(name="key:t-*", rate_count=1, rate_seconds=1e11)
+    LimitOverride.objects.create(name="queue:emails", concurrency=2)
+    limits = in_force()
+    assert "key:t-*" not in limits.specs
+    assert limits.specs["queue:emails"].concurrency == 2
+    assert prune_starts() == 0
+    due(1, limit_key="t-1")
+    assert len(claim()) == 1
 
 
 def test_limit_keys_take_turns_when_no_limit_is_reached():

@@ -98,6 +98,10 @@ def test_the_api_refuses_an_invalid_limit_with_400_and_changes_nothing(client, o
         ("queue:emails", {"rate": "fast"}),
         ("bucket:emails", {"concurrency": 1}),
         ("queue:emails", {"burst": 3}),
+        ("queue:emails", {"concurrency": 10_000_000_000}),
+        ("queue:emails", {"rate": [3_000_000_000, 1]}),
+        ("queue:emails", {"concurrency": 10**22}),
+        ("queue:emails", {"rate": [1, 1e11]}),
     ]:
         response = client.post(
             f"/api/v1/limits/{name}",

@@ -173,6 +173,13 @@ def test_a_job_snoozing_past_max_snoozes_is_dead_lettered(subprocess_env, run_wo
     assert (job.attempt, job.snoozes) == (1, 3)
 
 
+def test_the_worker_refuses_to_start_on_a_negative_max_snoozes(subprocess_env, run_worker):
+    subprocess_env["JOBSITE_MAX_SNOOZES"] = "-1"
+    result = run_worker("--concurrency", "1", timeout=60)
+    assert result.returncode == 1
+    assert "(jobs.E003) MAX_SNOOZES must be a whole number >= 0, not -1" in result.stderr
+
+
 def test_the_circuit_breaker_pauses_its_queue_and_leaves_the_rest_waiting(
     subprocess_env, spawn_worker
 ):

@@ -85,3 +85,32 @@ def test_past_max_snoozes_the_job_is_dead_lettered_as_snoozed_too_often():
     )
     assert job.snoozes == 2
     assert Attempt.objects.filter(job=job, outcome="snoozed").count() == 3
+
+
+@pytest.mark.parametrize("bad", ["lots", -1, 2.5, True])
+def test_a_malformed_max_snoozes_is_a_check_error_and_never_stops_a_finish(bad):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from jobs.checks import check_max_snoozes
+
+    job = make_job()
+    with with_limits({}, MAX_SNOOZES=bad):
+        errors = check_max_snoozes()
+        assert [e.id for e in errors] == ["jobs.E003"]
+        assert f"MAX_SNOOZES must be a whole number >= 0, not {bad!r}" in errors[0].msg
+        with pytest.raises(SystemCheckError, match="MAX_SNOOZES"):
+            call_command("check")
+        assert oc.max_snoozes("default") == oc.DEFAULT_MAX_SNOOZES
+        run_once(job, delay=0)
+    job.refresh_from_db()
+    assert (job.state, job.snoozes) == (JobState.PENDING, 1)
+
+
+def test_max_snoozes_of_zero_dead_letters_the_first_snooze():
+    job = make_job()
+    with with_limits({}, MAX_SNOOZES=0):
+        assert oc.max_snoozes("default") == 0
+        run_once(job, delay=0)
+    job.refresh_from_db()
+    assert job.dead_letter_reason == DeadLetterReason.SNOOZED_TOO_OFTEN

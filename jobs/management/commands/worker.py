@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import limit_spec, logformat, schedules, sentry
+from jobs import limit_spec, logformat, outcome, schedules, sentry
 from jobs.backend import DEFAULT_ASYNC_CONCURRENCY
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
@@ -87,7 +87,11 @@ class Command(BaseCommand):
             sentry.capture_mode(getattr(backend, "options", {}))
         except ValueError as e:
             raise CommandError(str(e)) from None
-        problems = schedules.check(backend) + limit_spec.check(backend.options.get("LIMITS"))
+        problems = (
+            schedules.check(backend)
+            + limit_spec.check(backend.options.get("LIMITS"))
+            + outcome.max_snoozes_problems(backend)
+        )
         if problems:
             raise CommandError("; ".join(problems))
         for queue in options["queues"]:
