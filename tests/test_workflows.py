@@ -24,9 +24,18 @@ def nothing_stored():
 
 def run(node_or_id, state=JobState.SUCCEEDED, value=None):
     """Claim the node's job and finish it in `state`, as a worker would."""
+    finish(claim(node_or_id), state, value)
+
+
+def claim(node_or_id):
     job_id = getattr(node_or_id, "job_id", node_or_id)
     claimed = db.claim_one(job_id, worker_id="w-test", lease_seconds=60)
     assert claimed is not None, f"{job_id} is not due"
+    return claimed
+
+
+def finish(claimed, state=JobState.SUCCEEDED, value=None):
+    """End a claimed job's attempt in `state` (a requested cancel wins, as with a worker)."""
     outcome = {
         JobState.SUCCEEDED: AttemptOutcome.SUCCEEDED,
         JobState.DEAD_LETTER: AttemptOutcome.FAILED,
@@ -50,7 +59,11 @@ def run(node_or_id, state=JobState.SUCCEEDED, value=None):
 
 
 def state(node):
-    return Job.objects.get(id=node.job_id).state
+    return state_of(node.job_id)
+
+
+def state_of(job_id):
+    return Job.objects.get(id=job_id).state
 
 
 def diamond():
@@ -255,6 +268,112 @@ def test_a_batch_member_retried_before_on_finish_is_awaited_again():
     assert Job.objects.get(id=on_finish.id).state == JobState.SCHEDULED
     run(bad)
     assert Job.objects.get(id=on_finish.id).kwargs["counts"] == {"succeeded": 2}
+
+
+def batch_of_two():
+    """A batch of members `a` and `b` with both callbacks: (batch id, a, b, callbacks by name)."""
+    batch = Batch("two", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    a = batch.add(tasks.node, "a")
+    b = batch.add(tasks.node, "b")
+    batch_id = batch.enqueue()
+    named = Job.objects.filter(workflow_id=batch_id, node_name__startswith="batch.")
+    return batch_id, a, b, {j.node_name.removeprefix("batch."): j.id for j in named}
+
+
+def waits(job_id):
+    job = Job.objects.get(id=job_id)
+    return job.state, job.waiting_for
+
+
+def counts_given(job_id):
+    return Job.objects.get(id=job_id).kwargs["counts"]
+
+
+def test_a_retried_on_finish_waits_for_the_members_retried_after_it():
+    batch_id, a, b, callback = batch_of_two()
+    assert actions.cancel(callback["on_finish"])
+    assert actions.cancel(a.job_id) and actions.cancel(b.job_id)
+    # Every member has ended: the retried callback is due, with the counts of now.
+    assert actions.retry(callback["on_finish"])
+    assert waits(callback["on_finish"]) == (JobState.PENDING, 0)
+    assert counts_given(callback["on_finish"]) == {"cancelled": 2}
+    assert actions.retry(a.job_id) and actions.retry(b.job_id)
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 2)
+    assert waits(callback["on_success"]) == (JobState.SCHEDULED, 2)
+    run(a)
+    run(b)
+    for name in ("on_success", "on_finish"):
+        assert waits(callback[name]) == (JobState.PENDING, 0)
+        assert counts_given(callback[name]) == {"succeeded": 2}
+
+
+def test_retry_failed_after_a_batch_cancel_leaves_the_callbacks_waiting_for_the_members():
+    batch_id, a, b, callback = batch_of_two()
+    workflows.cancel(batch_id)
+    assert workflows.retry_failed(batch_id) == 2
+    assert (state(a), state(b)) == (JobState.PENDING, JobState.PENDING)
+    assert waits(callback["on_success"]) == (JobState.SCHEDULED, 2)
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 2)
+
+
+def test_on_finish_released_by_a_dead_letter_waits_again_for_the_retried_member():
+    batch_id, a, b, callback = batch_of_two()
+    run(a)
+    run(b, JobState.DEAD_LETTER)
+    assert counts_given(callback["on_finish"]) == {"succeeded": 1, "dead_letter": 1}
+    assert workflows.retry_failed(batch_id) == 1
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
+    run(b)
+    assert waits(callback["on_finish"]) == (JobState.PENDING, 0)
+    assert counts_given(callback["on_finish"]) == {"succeeded": 2}
+
+
+def test_on_finish_that_already_ran_does_not_run_again_when_a_member_is_retried():
+    batch_id, a, b, callback = batch_of_two()
+    run(a)
+    run(b, JobState.DEAD_LETTER)
+    run(callback["on_finish"])
+    assert actions.retry(b.job_id)
+    assert state_of(callback["on_finish"]) == JobState.SUCCEEDED
+    run(b)
+    assert state_of(callback["on_finish"]) == JobState.SUCCEEDED
+    assert counts_given(callback["on_success"]) == {"succeeded": 2}
+
+
+def test_a_run_anyway_node_waits_again_when_its_cancelled_upstream_is_retried():
+    wf = Workflow("w")
+    top = wf.add(tasks.node, "top")
+    child = wf.add(tasks.node, "child", after=[top])
+    anyway = wf.add(tasks.node, "anyway", after=[top], on_upstream_failure="run")
+    wf.enqueue()
+    assert actions.cancel(top.job_id)
+    assert (state(child), state(anyway)) == (JobState.CANCELLED, JobState.PENDING)
+    assert actions.retry(top.job_id)
+    assert waits(anyway.job_id) == (JobState.SCHEDULED, 1)
+    assert waits(child.job_id) == (JobState.SCHEDULED, 1)
+    run(top)
+    assert (state(child), state(anyway)) == (JobState.PENDING, JobState.PENDING)
+
+
+def test_cancelling_a_batch_cancels_its_members_and_on_success_and_still_runs_on_finish():
+    batch_id, a, b, callback = batch_of_two()
+    assert workflows.cancel(batch_id) == 3
+    assert (state(a), state(b), state_of(callback["on_success"])) == (JobState.CANCELLED,) * 3
+    assert waits(callback["on_finish"]) == (JobState.PENDING, 0)
+    assert counts_given(callback["on_finish"]) == {"cancelled": 2}
+    assert CounterDelta.objects.totals()["jobs_cancelled"] == 3
+
+
+def test_cancelling_a_batch_while_a_member_runs_runs_on_finish_once_it_has_stopped():
+    batch_id, a, b, callback = batch_of_two()
+    running = claim(a)
+    assert workflows.cancel(batch_id) == 3
+    assert state_of(callback["on_success"]) == JobState.CANCELLED
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
+    finish(running)  # it returned, but its cancel was asked for first
+    assert state(a) == JobState.CANCELLED
+    assert waits(callback["on_finish"]) == (JobState.PENDING, 0)
+    assert counts_given(callback["on_finish"]) == {"cancelled": 2}
 
 
 def test_the_safety_net_settles_a_node_whose_upstream_nodes_all_ended():

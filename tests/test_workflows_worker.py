@@ -5,7 +5,7 @@ Run on SQLite, and on PostgreSQL with DATABASE_URL set.
 
 import pytest
 
-from jobs import actions
+from jobs import actions, workflows
 from jobs.models import Job
 from jobs.states import JobState
 from jobs.workflows import Batch, Workflow
@@ -151,3 +151,37 @@ def test_a_continuation_still_waits_for_its_parent(run_worker, ledger):
     burst(run_worker)
     assert [k for k, _, _ in sorted(ledger(), key=lambda r: r[2])] == ["parent", "child"]
     assert Job.objects.get(id=child.id).return_value == {"node": 7}
+
+
+def test_a_cancelled_batch_still_runs_on_finish_once_with_the_counts(run_worker, ledger):
+    batch = Batch("called-off", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    for i in range(3):
+        batch.add(tasks.node, f"member-{i}", i)
+    batch_id = batch.enqueue()
+    workflows.cancel(batch_id)
+    burst(run_worker)
+    assert callback_runs(ledger, batch_id) == 1
+    done = callbacks(batch_id)
+    assert done["batch.on_success"].state == JobState.CANCELLED
+    assert done["batch.on_finish"].return_value == {
+        "batch_id": batch_id,
+        "counts": {JobState.CANCELLED: 3},
+    }
+
+
+def test_a_cancelled_batch_retried_callbacks_first_runs_them_once_after_its_jobs(
+    run_worker, ledger
+):
+    batch = Batch("back-on", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    members = [batch.add(tasks.node, f"member-{i}", i) for i in range(2)]
+    batch_id = batch.enqueue()
+    workflows.cancel(batch_id)
+    # As an operator clicking Retry on each, callbacks first.
+    for job_id in [j.id for j in callbacks(batch_id).values()] + [m.job_id for m in members]:
+        actions.retry(job_id)
+    burst(run_worker)
+    seen = runs(ledger)
+    assert len(seen[f"callback-{batch_id}"]) == 2
+    assert max(seen["member-0"] + seen["member-1"]) <= min(seen[f"callback-{batch_id}"])
+    for callback in callbacks(batch_id).values():
+        assert callback.return_value == {"batch_id": batch_id, "counts": {JobState.SUCCEEDED: 2}}

@@ -1,15 +1,20 @@
 """What an operator does to a workflow: cancel it, retry its failed nodes, re-arm a node."""
 
 import uuid
+from collections import Counter
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from .. import db
-from ..db.sql import UPSTREAM_FAILED
+from ..db.sql import BATCH_CALLBACKS, UPSTREAM_FAILED
 from ..models import AuditEntry, Dependency, Job
 from ..states import TERMINAL, WAITING, JobState
+from .enqueue import ON_FINISH, ON_SUCCESS
+
+# What re-arming a job reads of it.
+_REARM_FIELDS = ("id", "runs_on_upstream_failure", "node_name", "workflow_id")
 
 
 def _unsettled(job: Job, upstreams) -> int:
@@ -30,84 +35,120 @@ def _upstream_states(job_id) -> list[str]:
 
 
 def rearm(job_id) -> list[uuid.UUID]:
-    """`job_id` was put back in line (a retry): the graph around it waits again.
+    """`job_id` was put back in line (a retry): the graph after it waits for it again.
 
-    The job itself waits if its upstream jobs have not all settled it; jobs that had counted it
-    settled count it again; jobs its failure cancelled wait again, and so on downstream.
-    Called in the retry's transaction. Returns the ids of the jobs made to wait again.
+    The job itself waits for the upstream jobs that have not settled it. Every job after it that
+    has not started yet waits for it again: a scheduled one counts it unsettled once more, a
+    released one (pending, never started) goes back to waiting, one its failure cancelled waits
+    again, and so on downstream. A job that has started or ended otherwise is left alone, so a
+    batch's `on_finish` that already ran never runs twice. Called in the retry's transaction.
+    Returns the ids of the jobs after it made to wait again.
     """
-    job = Job.objects.filter(id=job_id).only("id", "runs_on_upstream_failure").first()
+    job = Job.objects.filter(id=job_id).only(*_REARM_FIELDS).first()
     if (
         job is None
         or not Dependency.objects.filter(Q(downstream_id=job_id) | Q(upstream_id=job_id)).exists()
     ):
         return []
-    waiting = _unsettled(job, _upstream_states(job_id))
-    if waiting:
-        Job.objects.filter(id=job_id, state=JobState.PENDING).update(
-            state=JobState.SCHEDULED, waiting_for=waiting
-        )
-    after = Dependency.objects.filter(upstream_id=job_id).values_list("downstream_id", flat=True)
-    Job.objects.filter(
-        id__in=list(after), state=JobState.SCHEDULED, runs_on_upstream_failure=True
-    ).update(waiting_for=F("waiting_for") + 1)
-    rearmed = []
+    _wait_again(job, Q(state=JobState.PENDING))
+    rearmed: list[uuid.UUID] = []
     frontier = [job_id]
     while frontier:
-        downstream = Dependency.objects.filter(upstream_id__in=frontier).values_list(
-            "downstream_id", flat=True
-        )
-        candidates = Job.objects.filter(
-            id__in=list(downstream), state=JobState.CANCELLED, error_type=UPSTREAM_FAILED
-        ).only("id", "runs_on_upstream_failure")
-        frontier = []
-        for candidate in candidates.order_by("id"):
-            waiting = _unsettled(candidate, _upstream_states(candidate.id))
-            changed = Job.objects.filter(
-                id=candidate.id, state=JobState.CANCELLED, error_type=UPSTREAM_FAILED
-            ).update(
-                state=JobState.SCHEDULED if waiting else JobState.PENDING,
-                waiting_for=waiting,
-                finished_at=None,
-                run_after=timezone.now(),
-                error_type="",
-                error_message="",
+        edges = Counter(
+            Dependency.objects.filter(upstream_id__in=frontier).values_list(
+                "downstream_id", flat=True
             )
-            if changed:
-                frontier.append(candidate.id)
+        )
+        # In this order: a released job's recount must see the cancelled ones still ended,
+        # since their re-arming (the next round) counts them unsettled again.
+        _count_again(edges)
+        rearmed += _hold_released(edges)
+        frontier = _rearm_cancelled(edges)
         rearmed += frontier
     return rearmed
 
 
+def _count_again(edges: Counter) -> None:
+    """Scheduled jobs that counted the frontier settled (it had ended) count it again."""
+    by_count: dict[int, list] = {}
+    for downstream, n in edges.items():
+        by_count.setdefault(n, []).append(downstream)
+    for n, ids in by_count.items():
+        Job.objects.filter(
+            id__in=ids, state=JobState.SCHEDULED, runs_on_upstream_failure=True
+        ).update(waiting_for=F("waiting_for") + n)
+
+
+def _hold_released(edges: Counter) -> list[uuid.UUID]:
+    """Jobs the frontier's ending released, not started yet, wait for it again."""
+    not_started = Q(state=JobState.PENDING, started_at__isnull=True)
+    released = Job.objects.filter(not_started, id__in=list(edges)).only(*_REARM_FIELDS)
+    # 0 or None: it stays due (nothing else unsettled), or a worker took it meanwhile.
+    return [j.id for j in released.order_by("id") if _wait_again(j, not_started)]
+
+
+def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
+    """Jobs the frontier's failure cancelled wait again (or are due, if nothing is left)."""
+    cancelled = Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
+    candidates = Job.objects.filter(cancelled, id__in=list(edges)).only(*_REARM_FIELDS)
+    again = {
+        "finished_at": None,
+        "run_after": timezone.now(),
+        "error_type": "",
+        "error_message": "",
+    }
+    return [
+        c.id for c in candidates.order_by("id") if _wait_again(c, cancelled, **again) is not None
+    ]
+
+
+def _wait_again(job: Job, only: Q, **changes) -> int | None:
+    """Set `job` (if it still matches `only`) waiting for the upstream jobs that have not
+    settled it, or due now when none is left: a batch callback is then given its batch's
+    counts of now. The number it waits for, None when it no longer matched."""
+    waiting = _unsettled(job, _upstream_states(job.id))
+    changed = Job.objects.filter(only, id=job.id).update(
+        state=JobState.SCHEDULED if waiting else JobState.PENDING, waiting_for=waiting, **changes
+    )
+    if not changed:
+        return None
+    if not waiting and job.node_name in BATCH_CALLBACKS:
+        with connection.cursor() as cursor:
+            db.engine().give_batch_counts(cursor, job.id, job.workflow_id)
+    return waiting
+
+
 def cancel(workflow_id, *, user=None, source="python") -> int:
     """Cancel every unfinished node of a workflow (running ones are asked to stop); the number
-    of nodes cancelled or asked to stop. The audit records it under the workflow's id."""
+    of nodes cancelled or asked to stop. The audit records it under the workflow's id.
+
+    A batch's `on_finish` is not cancelled: it runs once every job has ended, with the counts,
+    as it does however the jobs end. Its `on_success`, still waiting for the jobs, is cancelled
+    as their failure would cancel it, so retrying the jobs re-arms it.
+    """
     workflow_id = _workflow_id(workflow_id)
     if workflow_id is None:
         return 0
     now = timezone.now()
     with transaction.atomic():
-        nodes = Job.objects.filter(workflow_id=workflow_id)
-        if db.engine().locks_rows:
-            # In id order, as finishes lock the jobs they release (jobs.db).
-            list(nodes.filter(state__in=WAITING).order_by("id").select_for_update().values("id"))
-        waiting = list(nodes.filter(state__in=WAITING).values_list("id", flat=True))
-        cancelled = Job.objects.filter(id__in=waiting, state__in=WAITING).update(
-            state=JobState.CANCELLED,
-            finished_at=now,
-            error_type="Cancelled",
-            error_message="cancelled with its workflow",
-            cancel_requested_at=now,
-        )
+        nodes = Job.objects.filter(workflow_id=workflow_id).exclude(node_name=ON_FINISH)
+        # Running nodes first: a finish holds its job's row, then locks the jobs it releases.
         stopping = nodes.filter(state=JobState.RUNNING, cancel_requested_at__isnull=True).update(
             cancel_requested_at=now
         )
+        waiting = nodes.filter(state__in=WAITING)
+        if db.engine().locks_rows:
+            # In id order, as finishes lock the jobs they release (jobs.db).
+            list(waiting.order_by("id").select_for_update().values("id"))
+        awaiting_jobs = Q(node_name=ON_SUCCESS, state=JobState.SCHEDULED)
+        ids = list(waiting.values_list("id", flat=True))
+        cancelled = _cancel(waiting.exclude(awaiting_jobs), now, "Cancelled", "with its workflow")
+        cancelled += _cancel(waiting.filter(awaiting_jobs), now, UPSTREAM_FAILED, "with its batch")
         if cancelled:
             db.add_counters({"jobs_cancelled": cancelled})
-            db.cancel_continuations(waiting)
-        AuditEntry.objects.create(
-            user=user if getattr(user, "pk", None) else None,
-            username=user.get_username() if getattr(user, "pk", None) else "",
+            cancelled += db.cancel_continuations(ids)
+        AuditEntry.record(
+            user=user,
             action="cancel workflow",
             source=source,
             outcome=f"{cancelled} cancelled, {stopping} asked to stop",
@@ -115,6 +156,16 @@ def cancel(workflow_id, *, user=None, source="python") -> int:
             detail={"cancelled": cancelled, "stopping": stopping},
         )
     return cancelled + stopping
+
+
+def _cancel(nodes, now, error_type: str, why: str) -> int:
+    return nodes.update(
+        state=JobState.CANCELLED,
+        finished_at=now,
+        error_type=error_type,
+        error_message=f"cancelled {why}",
+        cancel_requested_at=now,
+    )
 
 
 def retry_failed(workflow_id, *, user=None, source="python") -> int:
