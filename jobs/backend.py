@@ -2,6 +2,7 @@
 
 import logging
 import uuid
+from contextlib import contextmanager
 from datetime import datetime
 
 from django.conf import settings
@@ -228,20 +229,8 @@ class JobsBackend(BaseTaskBackend):
         return ids
 
     def _insert(self, row):
-        if not row.get("dedup_key"):
+        with refusing_held_dedup_keys([row.get("dedup_key")]):
             db.insert_job(row)
-            return
-        try:
-            with transaction.atomic():
-                db.insert_job(row)
-        except IntegrityError:
-            from .models import Job
-
-            existing = Job.objects.holding_dedup_key(row["dedup_key"]).values_list("id", flat=True)
-            existing = existing.first()
-            if existing is None:
-                raise
-            raise DuplicateJob(row["dedup_key"], existing) from None
 
     def _continuation_state(self, after):
         from .models import Job
@@ -321,6 +310,28 @@ class JobsBackend(BaseTaskBackend):
         )
         object.__setattr__(result, "_return_value", job.return_value)
         return result
+
+
+@contextmanager
+def refusing_held_dedup_keys(keys):
+    """Insert jobs holding `keys` (None for none) inside this block: a key a non-terminal job
+    already holds is `DuplicateJob`, carrying that job's id, and nothing of the block is stored.
+    The unique index decides, so two concurrent enqueues never both win."""
+    keys = [key for key in keys if key]
+    if not keys:
+        yield
+        return
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError:
+        from .models import Job
+
+        for key in dict.fromkeys(keys):
+            holder = Job.objects.holding_dedup_key(key).values_list("id", flat=True).first()
+            if holder is not None:
+                raise DuplicateJob(key, holder) from None
+        raise
 
 
 def _pairs(calls):

@@ -8,6 +8,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from jobs import actions, db, workflows
+from jobs.errors import DuplicateJob
 from jobs.maintenance import prune_jobs
 from jobs.models import AuditEntry, CounterDelta, Dependency, Job
 from jobs.models import Workflow as WorkflowRecord
@@ -151,6 +152,37 @@ def test_a_bad_argument_in_any_node_stores_no_node():
     with pytest.raises(ValueError):
         wf.enqueue()
     assert nothing_stored() and not WorkflowRecord.objects.exists()
+
+
+@pytest.mark.parametrize("kind", [Workflow, Batch])
+def test_a_node_whose_dedup_key_is_held_is_refused_as_a_duplicate_and_nothing_is_stored(kind):
+    holder = tasks.node.using(dedup_key="import-42").enqueue("holder")
+    wf = kind("w")
+    wf.add(tasks.node, "fine")
+    wf.add(tasks.node.using(dedup_key="import-42"), "again")
+    with pytest.raises(DuplicateJob) as refused:
+        wf.enqueue()
+    assert (refused.value.dedup_key, str(refused.value.job_id)) == ("import-42", holder.id)
+    assert list(Job.objects.values_list("id", flat=True)) == [uuid.UUID(holder.id)]
+    assert not (WorkflowRecord.objects.exists() or Dependency.objects.exists())
+
+
+@pytest.mark.parametrize("kind", [Workflow, Batch])
+def test_two_nodes_sharing_a_dedup_key_are_refused_and_nothing_is_stored(kind):
+    wf = kind("w")
+    wf.add(tasks.node.using(dedup_key="once"), "first")
+    wf.add(tasks.node.using(dedup_key="once"), "second")
+    with pytest.raises(ValueError, match="dedup_key 'once'"):
+        wf.enqueue()
+    assert nothing_stored() and not WorkflowRecord.objects.exists()
+
+
+def test_a_batch_callback_sharing_a_members_dedup_key_is_refused():
+    batch = Batch("b", on_finish=tasks.batch_callback.using(dedup_key="once"))
+    batch.add(tasks.node.using(dedup_key="once"), "member")
+    with pytest.raises(ValueError, match="dedup_key 'once'"):
+        batch.enqueue()
+    assert nothing_stored()
 
 
 def test_node_names_are_unique_and_callback_names_reserved():

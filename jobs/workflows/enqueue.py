@@ -5,6 +5,7 @@ import uuid
 from django.db import transaction
 
 from .. import db
+from ..backend import refusing_held_dedup_keys
 from ..compat import Task
 from ..db.sql import BATCH_CALLBACKS
 from ..models import Job
@@ -95,6 +96,7 @@ class Workflow:
             raise ValueError("this workflow was already enqueued")
         nodes = self._all_nodes()
         _check_acyclic(nodes)
+        _check_dedup_keys(nodes)
         checked: set[int] = set()
         rows = [_row(node, checked) for node in nodes]
         workflow_id = uuid.uuid4()
@@ -107,7 +109,8 @@ class Workflow:
             WorkflowRecord.objects.create(
                 id=workflow_id, name=self.name, kind=self.kind, nodes=len(rows)
             )
-            db.insert_jobs(rows)
+            with refusing_held_dedup_keys(row["dedup_key"] for row in rows):
+                db.insert_jobs(rows)
             db.link(edges)
         self.id = workflow_id
         self._run_eagerly(nodes)
@@ -192,6 +195,21 @@ def _row(node: Node, checked: set) -> dict:
     if node.after:
         row["state"] = JobState.SCHEDULED
     return row
+
+
+def _check_dedup_keys(nodes: list[Node]) -> None:
+    """At most one job holds a dedup_key: two nodes of one workflow cannot share one."""
+    seen: dict[str, Node] = {}
+    for node in nodes:
+        key = getattr(node.task, "dedup_key", None)
+        if key is None:
+            continue
+        if key in seen:
+            raise ValueError(
+                f"nodes {seen[key].name!r} and {node.name!r} share dedup_key {key!r}: "
+                "at most one unfinished job holds a key"
+            )
+        seen[key] = node
 
 
 def _check_acyclic(nodes: list[Node]) -> None:
