@@ -194,6 +194,20 @@ def test_node_names_are_unique_and_callback_names_reserved():
         wf.add(tasks.node, "c", name="batch.on_success")
 
 
+def test_default_node_names_number_each_task_and_step_over_names_given_explicitly():
+    wf = Workflow("w")
+    names = [
+        wf.add(tasks.node, "a").name,
+        wf.add(tasks.node, "b", name="node-3").name,
+        wf.add(tasks.node, "c").name,
+        wf.add(tasks.join, "d").name,
+        wf.add(tasks.node, "e").name,
+        wf.add(tasks.node, "f", name="node-5").name,
+        wf.add(tasks.node, "g").name,
+    ]
+    assert names == ["node", "node-3", "node-2", "join", "node-4", "node-5", "node-6"]
+
+
 def test_a_dead_letter_cancels_what_follows_unless_it_runs_on_upstream_failure():
     wf = Workflow("w")
     top = wf.add(tasks.node, "top")

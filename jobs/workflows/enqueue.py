@@ -48,6 +48,7 @@ class Workflow:
         self.nodes: list[Node] = []
         self.id: uuid.UUID | None = None
         self._names: set[str] = set()
+        self._next_number: dict[str, int] = {}  # base name -> the number its next node tries
 
     def add(self, task, *args, after=(), name=None, on_upstream_failure="cancel", **kwargs):
         """A node running `task(*args, **kwargs)` once every node of `after` succeeded."""
@@ -83,10 +84,14 @@ class Workflow:
             return name
         base = getattr(task, "name", None) or task.module_path.rsplit(".", 1)[-1]
         base = base[:90]
-        candidate, n = base, 1
+        # Numbering resumes where this base's last default name stopped: linear in the adds,
+        # and the loop only steps over names taken otherwise (explicit, or another base's).
+        n = self._next_number.get(base, 1)
+        candidate = base if n == 1 else f"{base}-{n}"
         while candidate in self._names:
             n += 1
             candidate = f"{base}-{n}"
+        self._next_number[base] = n + 1
         self._names.add(candidate)
         return candidate
 
