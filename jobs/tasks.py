@@ -129,10 +129,29 @@ class JobContext(TaskContext):  # type: ignore[misc]
     @property
     def upstream(self) -> dict:
         """The return values of the jobs this one ran after: {node name: value} (a failed
-        upstream job, run past with on_upstream_failure="run", gives None)."""
+        upstream job, run past with on_upstream_failure="run", gives None).
+
+        It reads the database: an `async def` task awaits `aupstream()` instead."""
+        from django.core.exceptions import SynchronousOnlyOperation
+
         from .workflows import upstream_values
 
-        return upstream_values(self.job_id)
+        try:
+            return upstream_values(self.job_id)
+        except SynchronousOnlyOperation:
+            raise SynchronousOnlyOperation(
+                "context.upstream reads the database, which an event loop may not do: "
+                "in an async def task, use `await context.aupstream()`"
+            ) from None
+
+    async def aupstream(self) -> dict:
+        """`upstream` for an `async def` task, read in Django's sync thread as the async ORM
+        reads (`values = await context.aupstream()`)."""
+        from asgiref.sync import sync_to_async
+
+        from .workflows import upstream_values
+
+        return await sync_to_async(upstream_values)(self.job_id)
 
 
 def load_task(task_path: str):

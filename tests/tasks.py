@@ -377,6 +377,19 @@ def join(context, key):
     return context.upstream
 
 
+@task(backoff=NO_WAIT, takes_context=True)
+async def async_join(context, key):
+    """An async def workflow node: returns what its upstream nodes returned, and what reading
+    them as in a sync task does."""
+    _ledger(key)
+    sync_read = "no error"
+    try:
+        context.upstream  # noqa: B018 (read for what it raises)
+    except Exception as e:
+        sync_read = f"{type(e).__name__}: {e}"
+    return {"upstream": await context.aupstream(), "sync_read": sync_read}
+
+
 @task(backoff=NO_WAIT)
 def batch_callback(batch_id, counts):
     """A batch callback: records its run, returns what it was given."""

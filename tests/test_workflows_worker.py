@@ -185,3 +185,16 @@ def test_a_cancelled_batch_retried_callbacks_first_runs_them_once_after_its_jobs
     assert max(seen["member-0"] + seen["member-1"]) <= min(seen[f"callback-{batch_id}"])
     for callback in callbacks(batch_id).values():
         assert callback.return_value == {"batch_id": batch_id, "counts": {JobState.SUCCEEDED: 2}}
+
+
+def test_an_async_node_awaits_its_upstream_values(run_worker, ledger):
+    wf = Workflow("async")
+    left = wf.add(tasks.node, "left", "L", name="left")
+    right = wf.add(tasks.node, "right", {"n": 2}, name="right")
+    last = wf.add(tasks.async_join, "last", after=[left, right])
+    wf.enqueue()
+    burst(run_worker)
+    assert job(last).state == JobState.SUCCEEDED, job(last).error_message
+    assert job(last).return_value["upstream"] == {"left": "L", "right": {"n": 2}}
+    # The sync property cannot query from the event loop: it says what to await instead.
+    assert "await context.aupstream()" in job(last).return_value["sync_read"]
