@@ -353,13 +353,16 @@ def test_a_retried_on_finish_waits_for_the_members_retried_after_it():
         assert counts_given(callback[name]) == {"succeeded": 2}
 
 
-def test_retry_failed_after_a_batch_cancel_leaves_the_callbacks_waiting_for_the_members():
+def test_retry_failed_after_a_batch_cancel_runs_the_callbacks_after_the_members():
     batch_id, a, b, callback = batch_of_two()
     workflows.cancel(batch_id)
     assert workflows.retry_failed(batch_id) == 2
     assert (state(a), state(b)) == (JobState.PENDING, JobState.PENDING)
     assert waits(callback["on_success"]) == (JobState.SCHEDULED, 2)
     assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 2)
+    for node in (a, b, callback["on_success"], callback["on_finish"]):
+        run(node)
+        assert state_of(getattr(node, "job_id", node)) == JobState.SUCCEEDED
 
 
 def test_on_finish_released_by_a_dead_letter_waits_again_for_the_retried_member():

@@ -96,6 +96,7 @@ def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
         "run_after": timezone.now(),
         "error_type": "",
         "error_message": "",
+        "cancel_requested_at": None,
     }
     return [
         c.id for c in candidates.order_by("id") if _wait_again(c, cancelled, **again) is not None
