@@ -351,7 +351,8 @@ def document(base: str = "/api/v1") -> dict:
                 }
             },
             "/workflows/{workflow_id}/cancel": _workflow_action(
-                "Cancel every unfinished node (running ones are asked to stop)"
+                "Cancel every unfinished node (running ones are asked to stop); a batch's "
+                "on_finish still runs once every job has ended"
             ),
             "/workflows/{workflow_id}/retry-failed": _workflow_action(
                 "Extension: retry every failed node; the nodes its failure cancelled wait again"
