@@ -74,6 +74,17 @@ def started_jobs(status) -> dict[int, float]:
     return started
 
 
+def timeout_ends(claimed, began: float) -> float | None:
+    """When (monotonic) an attempt of `claimed` begun at `began` runs past its timeout; None
+    without one. An attempt running then is stopped, and one that ends after it timed out
+    whatever it returned or raised: the rule for sync jobs and coroutines alike."""
+    return began + claimed.timeout if claimed.timeout else None
+
+
+def timed_out(claimed) -> JobTimeout:
+    return JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+
+
 def lease_holds(claimed, status) -> bool:
     """Whether the job's lease is sure to hold now: from its claim, or the last renewal."""
     return time.monotonic() < max(claimed.lease_until, status[LEASES])
@@ -278,8 +289,10 @@ class ExecutorLoop:
         if seq in self.cancelled_waiting:
             self.cancelled_waiting.discard(seq)
             control.stop("cancelled")  # before its body: it fails as cancelled, unrun
-        if claimed.timeout:
-            control.timer = self.loop.call_later(claimed.timeout, control.stop, "timeout")
+        control.deadline = timeout_ends(claimed, self.status[slot_fields(slot)[1]])
+        if control.deadline is not None:
+            wait = control.deadline - time.monotonic()
+            control.timer = self.loop.call_later(wait, control.stop, "timeout")
 
     def _cancel(self, seq):
         control = self.controls.get(seq)
@@ -311,16 +324,24 @@ class ExecutorLoop:
 
 
 class Control:
-    """How a coroutine job may be stopped: its task, its timeout's timer, and why it was
-    stopped. Only the task's own code is ever cancelled, never the steps around it that
+    """How a coroutine job may be stopped: its task, its timeout's timer and deadline, and why
+    it was stopped. Only the task's own code is ever cancelled, never the steps around it that
     record its outcome (`inside`); a stop that comes before the task's code begins keeps
     that code from running at all."""
 
-    __slots__ = ("task", "timer", "reason", "inside", "cancelled")
+    __slots__ = ("task", "timer", "deadline", "reason", "inside", "cancelled")
 
     def __init__(self):
-        self.task = self.timer = self.reason = None
+        self.task = self.timer = self.deadline = self.reason = None
         self.inside = self.cancelled = False
+
+    def code_ended(self):
+        """The task's code returned or raised. Past its deadline it timed out, though the timer
+        may never have run to cancel it: a coroutine that does not await holds the loop."""
+        self.inside = False
+        late = self.deadline is not None and time.monotonic() > self.deadline
+        if late and self.reason is None:
+            self.reason = "timeout"
 
     def stop(self, reason):
         if self.reason is None:
@@ -369,20 +390,13 @@ async def run_coroutine(claimed, worker_id, control):
                     raise asyncio.CancelledError
                 value = await attempt.task.func(*call_args, **attempt.kwargs)
             finally:
-                control.inside = False
+                control.code_ended()
                 if control.cancelled:
                     asyncio.current_task().uncancel()  # the cancel was ours, and is spent
             if control.reason == "timeout":
                 raise _stopped(claimed, "timeout")  # it returned anyway, past its timeout
-        except asyncio.CancelledError as exc:
-            # Ours (its timeout, an operator's cancel), or one the task's own code raised.
-            error = exc
-            if control.reason is not None:
-                error = _stopped(claimed, control.reason)
-                error.__cause__ = exc
-            ran = await sync_to_async(attempt.failed)(error)
         except BaseException as exc:
-            ran = await sync_to_async(attempt.failed)(exc)
+            ran = await sync_to_async(attempt.failed)(_failure(claimed, control, exc))
         else:
             ran = attempt.ended(value)
         if attempt.report is not None:  # its writes use the database: not on the loop
@@ -394,9 +408,22 @@ async def run_coroutine(claimed, worker_id, control):
         return attempt.broke(exc)
 
 
+def _failure(claimed, control, exc) -> BaseException:
+    """What an attempt whose code raised `exc` failed with: past its timeout, JobTimeout
+    whatever it raised; a CancelledError of ours (an operator's cancel), JobCancelled; else
+    `exc` itself, as for one the task's own code raised."""
+    if isinstance(exc, JobTimeout) or control.reason is None:
+        return exc
+    if control.reason != "timeout" and not isinstance(exc, asyncio.CancelledError):
+        return exc
+    error = _stopped(claimed, control.reason)
+    error.__cause__ = exc
+    return error
+
+
 def _stopped(claimed, reason) -> Exception:
     if reason == "timeout":
-        return JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+        return timed_out(claimed)
     return JobCancelled("cancelled by an operator")
 
 

@@ -91,6 +91,26 @@ def test_a_hanging_coroutine_times_out_alone_while_its_neighbours_succeed_first_
     assert not worker.logged("stopping it")  # cancelled in its executor, not by a kill
 
 
+def test_an_async_job_returning_after_its_timeout_is_a_timed_out_attempt(
+    spawn_worker, subprocess_env
+):
+    # It holds the event loop (a blocking sleep), so its cancel cannot reach it before it
+    # returns; it returns within the cancel grace, so its executor is not stopped.
+    blocker = tasks.blocks_loop.using(timeout=0.3, max_attempts=2).enqueue("blocker", 1).id
+    neighbour = tasks.awaits.enqueue("beside", 0.2).id
+    worker = spawn_worker("--concurrency", "1", "--async-concurrency", "4")
+    wait_for(lambda: all_terminal([blocker, neighbour]), timeout=30, what="the jobs to end")
+    stop(worker)
+
+    job = Job.objects.get(id=blocker)
+    assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "exhausted", 2)
+    attempts = Attempt.objects.filter(job=job).order_by("number")
+    assert [(a.outcome, a.error_type) for a in attempts] == [("failed", "JobTimeout")] * 2
+    assert starts(subprocess_env)["blocker"] == 2  # retried per its policy
+    assert Job.objects.get(id=neighbour).state == "succeeded"
+    assert not worker.logged("stopping it")  # no executor was stopped for it
+
+
 def test_a_coroutine_that_ignores_its_cancel_costs_its_executor_and_neighbours_run_again(
     spawn_worker, subprocess_env, fast_leases
 ):

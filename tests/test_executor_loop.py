@@ -52,9 +52,10 @@ def executor(tmp_path, monkeypatch):
             answers[seq] = _ran_codec().build(values)
         return answers
 
-    def send(seq, key, seconds):
-        claimed = make_claimed(AWAITS)
+    def send(seq, key, seconds, task_path=AWAITS, timeout=None):
+        claimed = make_claimed(task_path)
         claimed.args_json = json.dumps([key, seconds])
+        claimed.timeout = timeout
         claimed.lease_until = time.monotonic() + 60
         ours.send_bytes(_dumps((seq, *_job_codec().flat(claimed))))
 
@@ -127,6 +128,19 @@ def test_a_waiting_coroutine_the_worker_took_back_is_answered_released_and_never
     wait_for(lambda: {1, 2, 3} <= set(read()), timeout=10, what="all three answered")
     assert [read()[seq].kind for seq in (1, 2, 3)] == [RanKind.OK, RanKind.OK, RanKind.RELEASED]
     assert "start:taken-back" not in ledger(tmp_path)
+
+
+def test_a_coroutine_that_returns_after_holding_the_loop_past_its_timeout_timed_out(
+    executor, tmp_path
+):
+    # Its timeout's timer cannot run while it holds the loop: the cancel never reaches it.
+    send, _, read, _, _ = executor
+    send(1, "blocker", 0.6, task_path="tests.tasks.blocks_loop", timeout=0.2)
+    send(2, "in-time", 0, timeout=5)
+    wait_for(lambda: {1, 2} <= set(read()), timeout=10, what="both answered")
+    assert (read()[1].kind, read()[1].error_type) == (RanKind.ERROR, "JobTimeout")
+    assert read()[2].kind == RanKind.OK
+    assert "end:blocker" in ledger(tmp_path)  # it did return, too late
 
 
 def _run_a_loop_that_a_job_closed():

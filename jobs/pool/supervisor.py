@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from .. import outcome as oc
-from ..errors import ExecutorCrashed, JobCancelled, JobTimeout, WorkerLost, WorkerShutdown
+from ..errors import ExecutorCrashed, JobCancelled, WorkerLost, WorkerShutdown
 from ..errortext import for_log
+from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
 from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
 from .executor import Executor, StopFlag, StoppedBeforeStart
@@ -253,10 +254,10 @@ class Supervisor:
         """When (monotonic) a started job past its timeout is stopped from outside: at its
         timeout for a sync job; a coroutine, cancelled in its executor at its timeout, gets
         the cancel grace on top to unwind."""
-        if not claimed.timeout or claimed.began is None:
+        if claimed.began is None or (ends := timeout_ends(claimed, claimed.began)) is None:
             return None
         coroutine = self.dispatcher.is_coroutine(claimed.task_path)
-        return claimed.began + claimed.timeout + (self.cancel_grace if coroutine else 0)
+        return ends + (self.cancel_grace if coroutine else 0)
 
     def enforce_deadlines(self, now):
         for executor in list(self.executors):
@@ -301,7 +302,7 @@ class Supervisor:
                 for_log(claimed.task_path),
                 claimed.timeout,
             )
-            failure: Exception = JobTimeout(f"ran longer than its timeout of {claimed.timeout:g}s")
+            failure: Exception = timed_out(claimed)
         elif (
             held
             and held.cancel_requested_at is not None
