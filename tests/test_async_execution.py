@@ -185,6 +185,22 @@ def test_a_sync_job_never_shares_its_executor_with_a_coroutine(spawn_worker, sub
     assert set(Job.objects.filter(id__in=calls).values_list("state", flat=True)) == {"succeeded"}
 
 
+def test_coroutines_fill_the_free_slots_beside_a_long_one_in_a_single_executor(
+    spawn_worker, subprocess_env
+):
+    long = tasks.awaits.using(priority=10).enqueue("long", 4).id
+    short = tasks.awaits.enqueue_many([((f"short-{i}", 0.3), {}) for i in range(6)])
+    worker = spawn_worker("--concurrency", "1", "--async-concurrency", "3")
+    wait_for(lambda: all_terminal([long, *short]), timeout=30, what="the jobs to end")
+    stop(worker)
+
+    spans = spans_of(subprocess_env)
+    (first,) = [s for s in spans if s.key == "long"]
+    ended_beside = [s.key for s in spans if s.key.startswith("short-") and s.end < first.end]
+    assert len(ended_beside) == 6, ended_beside
+    assert set(Job.objects.filter(id__in=short).values_list("state", flat=True)) == {"succeeded"}
+
+
 def test_sigterm_lets_running_coroutines_finish_and_hands_back_the_rest(
     spawn_worker, subprocess_env
 ):

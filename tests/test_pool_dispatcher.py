@@ -182,6 +182,15 @@ def test_a_sync_job_that_fits_nowhere_does_not_hold_up_the_coroutines_behind_it(
     assert behind in only.inflight.values()
 
 
+def test_one_coroutine_claimed_is_enough_to_claim_for_the_free_slots_beside_it(executors):
+    (only,) = executors(1, async_slots=3)
+    d = Dispatcher([only])
+    assert d.room() == 1  # nothing seen yet: sized for a sync job
+    d.add(job(COROUTINE))
+    assert d.dispatch() == []
+    assert d.room() == 2 and d.has_free_place()
+
+
 def test_claims_are_sized_by_the_share_of_coroutines_seen(executors):
     pair = executors(2, async_slots=10)
     d = Dispatcher(pair)

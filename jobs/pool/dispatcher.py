@@ -49,9 +49,12 @@ class Dispatcher:
         # task path -> whether it is an async def task (run as a coroutine)
         self.coroutine_tasks: dict[str, bool] = {}
         # Share of coroutines among recent claims (EWMA): which slots a claim can expect to
-        # fill, sync or async, before the jobs' tasks are known. It starts at none: claims
-        # are sized for sync jobs (never more than can start) until coroutines are seen.
-        self.async_share = 0.0
+        # fill, sync or async, before the jobs' tasks are known. With no claim seen it is
+        # none: claims are sized for sync jobs (never more than can start). Kept as a sum and
+        # the weight the claims seen make up, so that the first claims count in full: from a
+        # start at none, one coroutine claimed left the share at 0.2, too low to claim for the
+        # free slots beside it, and so it never grew.
+        self._share_sum = self._share_weight = 0.0
         # Seconds the worker's recent claims took to come back (EWMA).
         self.round_trip = 0.0
 
@@ -63,10 +66,15 @@ class Dispatcher:
             known = self.coroutine_tasks[task_path] = is_coroutine_task(task_path)
         return known
 
+    @property
+    def async_share(self) -> float:
+        return self._share_sum / self._share_weight if self._share_weight else 0.0
+
     def add(self, claimed):
         """A job just claimed: ready to go out."""
         coroutine = 1.0 if self.is_coroutine(claimed.task_path) else 0.0
-        self.async_share = 0.8 * self.async_share + 0.2 * coroutine
+        self._share_sum = 0.8 * self._share_sum + 0.2 * coroutine
+        self._share_weight = 0.8 * self._share_weight + 0.2
         self.ready.append(claimed)
 
     def put_back(self, jobs):
