@@ -6,6 +6,7 @@ timings.
 """
 
 import signal
+import time
 from collections import Counter
 
 import pytest
@@ -183,6 +184,35 @@ def test_a_sync_job_never_shares_its_executor_with_a_coroutine(spawn_worker, sub
     coroutines = [s for s in spans if s.key.startswith("co-")]
     assert most_at_once(coroutines) > 2  # coroutines did run side by side meanwhile
     assert set(Job.objects.filter(id__in=calls).values_list("state", flat=True)) == {"succeeded"}
+
+
+def test_a_sync_job_runs_while_coroutines_keep_arriving_and_is_handed_back_once_at_most(
+    spawn_worker, subprocess_env
+):
+    subprocess_env["JOBSITE_LOG_LEVEL"] = "DEBUG"  # hand-backs are logged at DEBUG
+    ids = tasks.awaits.enqueue_many([((f"co-{i}", 1.5), {}) for i in range(6)])
+    sync = tasks.ledger_span.enqueue("sync", 0.2).id
+    worker = spawn_worker("--concurrency", "2", "--async-concurrency", "3")
+    # As many coroutines keep coming as the two executors' slots run: an executor is idle for
+    # the sync job only if the worker makes one so.
+    for i in range(80):
+        if all_terminal([sync]):
+            break
+        ids.append(tasks.awaits.enqueue(f"later-{i}", 1.5).id)
+        time.sleep(0.25)  # the pace at which they arrive, not synchronisation
+    wait_for(lambda: all_terminal([sync, *ids]), timeout=60, what="the jobs to end")
+    stop(worker)
+
+    job = Job.objects.get(id=sync)
+    assert (job.state, job.attempt) == ("succeeded", 1), worker.output()[-3000:]
+    handed_back = [line for line in worker.lines if str(sync) in line and "handed back" in line]
+    assert len(handed_back) <= 1, handed_back
+    spans = spans_of(subprocess_env)
+    (ran,) = [s for s in spans if s.key == "sync"]
+    later = [s for s in spans if s.key.startswith("later-")]
+    assert any(s.start > ran.end for s in later)  # it ran while they were still coming
+    beside = [s.key for s in spans if s.pid == ran.pid and s.start < ran.end < s.end]
+    assert beside == []  # it had its executor to itself
 
 
 def test_coroutines_fill_the_free_slots_beside_a_long_one_in_a_single_executor(

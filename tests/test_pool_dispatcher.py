@@ -148,14 +148,26 @@ def test_a_broken_executor_gets_nothing(executors):
 # --- coroutines (async def tasks) ---------------------------------------------------------
 
 
-def test_coroutines_fill_the_async_slots_of_the_least_busy_executors(executors):
+def test_coroutines_fill_the_async_slots_of_one_executor_before_the_next(executors):
     first, second = executors(2, async_slots=3)
     d = dispatcher([first, second])
-    d.ready.extend(job(COROUTINE) for _ in range(7))
+    d.ready.extend(job(COROUTINE) for _ in range(4))
+    assert d.dispatch() == []
+    assert (len(first.inflight), len(second.inflight)) == (3, 1)
+    d.ready.extend(job(COROUTINE) for _ in range(3))
     left = d.dispatch()
     assert (len(first.inflight), len(second.inflight)) == (3, 3)
     assert len(left) == 1  # no slot anywhere: handed back, not left waiting in running
     assert set(first.coroutines) == set(first.inflight)
+
+
+def test_coroutines_leave_an_executor_idle_for_a_sync_job_while_one_has_room(executors):
+    first, second = executors(2, async_slots=4)
+    d = dispatcher([first, second])
+    sync = job(LONG)
+    d.ready.extend([job(COROUTINE), job(COROUTINE), job(COROUTINE), sync])
+    assert d.dispatch() == []
+    assert len(first.coroutines) == 3 and list(second.inflight.values()) == [sync]
 
 
 def test_a_sync_job_never_joins_coroutines_nor_a_coroutine_a_sync_job(executors):
@@ -173,13 +185,44 @@ def test_a_sync_job_never_joins_coroutines_nor_a_coroutine_a_sync_job(executors)
 
 
 def test_a_sync_job_that_fits_nowhere_does_not_hold_up_the_coroutines_behind_it(executors):
-    (only,) = executors(1, async_slots=4)
-    d = dispatcher([only])
-    only.send(1, job(COROUTINE), None, coroutine=True)
+    first, second = executors(2, async_slots=4)
+    d = dispatcher([first, second])
+    first.send(1, job(COROUTINE), None, coroutine=True)
+    second.send(2, job(COROUTINE), None, coroutine=True)
+    d.seq = 2
     stuck, behind = job(LONG), job(COROUTINE)
     d.ready.extend([stuck, behind])
     assert d.dispatch() == [stuck]
-    assert behind in only.inflight.values()
+    assert behind in first.inflight.values() or behind in second.inflight.values()
+
+
+def test_a_sync_job_with_no_idle_executor_holds_back_the_one_that_frees_first_for_it(executors):
+    sooner, later = executors(2, async_slots=4)
+    d = dispatcher([sooner, later])
+    for _ in range(SEEN_BEFORE_SHORT):
+        d.observe(COROUTINE, 1.0)
+    now = time.monotonic()
+    started_coroutines(later, [now, now])  # end in a second
+    started_coroutines(sooner, [now - 0.5])  # ends in half a second
+    d.seq = 2
+    sync = job(LONG)
+    d.ready.append(sync)
+    assert d.dispatch() == [sync]  # handed back, not left waiting in running
+    assert d.room() == 0  # claims wait for a place a sync job can start in
+    assert not d.has_free_place()
+    coroutine = job(COROUTINE)
+    d.ready.append(coroutine)
+    assert d.dispatch() == []
+    assert coroutine in later.inflight.values()  # none joins the executor held back
+
+    sooner.take(1)  # its coroutine ended
+    sooner.status[slot_fields(0)[0]] = -1.0
+    assert d.room() == 1  # the sync job, claimed again, starts there
+    d.ready.append(sync)
+    assert d.dispatch() == []
+    assert list(sooner.inflight.values()) == [sync]
+    sooner.take(d.seq)  # it ended: the executor takes coroutines again
+    assert d.async_room(sooner, time.monotonic()) == 4
 
 
 def test_one_coroutine_claimed_is_enough_to_claim_for_the_free_slots_beside_it(executors):

@@ -3,6 +3,7 @@
 Only the dispatcher changes which jobs are ready; the worker and the supervisor ask it.
 """
 
+import math
 import time
 from collections import deque
 
@@ -31,11 +32,15 @@ MAX_ROUND_TRIP = 0.5  # seconds
 class Dispatcher:
     """Hands claimed jobs to executors: a sync job to an idle one, or behind known-short sync
     jobs only; a coroutine to an executor holding no sync job and a free async slot, or a slot
-    expected to free within AHEAD_BUDGET.
+    expected to free within AHEAD_BUDGET, the fullest such executor first, so that the others
+    stay idle for sync jobs.
 
     A job that can start nowhere now is handed back (see `dispatch`), so a job the database
     shows as running is running, or starts within a dispatch round trip (a coroutine: within
-    AHEAD_LIMIT, see `jobs.pool.supervisor`).
+    AHEAD_LIMIT, see `jobs.pool.supervisor`). A sync job handed back because coroutines hold
+    every executor holds one back for it (`held_back`): no coroutine joins that one, and the
+    worker claims only for places a sync job can start in until one is idle, so the sync job,
+    first in claim order, is claimed again and starts there.
     """
 
     def __init__(self, executors):
@@ -55,6 +60,8 @@ class Dispatcher:
         # start at none, one coroutine claimed left the share at 0.2, too low to claim for the
         # free slots beside it, and so it never grew.
         self._share_sum = self._share_weight = 0.0
+        # The executor no coroutine joins: a sync job found every executor holding coroutines.
+        self.held_back = None
         # Seconds the worker's recent claims took to come back (EWMA).
         self.round_trip = 0.0
 
@@ -137,6 +144,7 @@ class Dispatcher:
         prefetch = self._prefetch()
         free = free_async = 0
         now = time.monotonic()
+        holding = self._holding_back()
         for e in self.executors:
             if e.broken:
                 continue
@@ -144,8 +152,12 @@ class Dispatcher:
                 free += 1 + prefetch
             elif prefetch and e.only_short():
                 free += max(0, 1 + prefetch - len(e.inflight))
-            if self.async_share:
+            if self.async_share and not holding:
                 free_async += self.async_room(e, now)
+        if holding:
+            # Claims meant for coroutines would take the sync job again, first in claim order,
+            # to hand it back again: claim only where it can start.
+            return free - len(self.ready)
         return self._blend(free, free_async) - len(self.ready)
 
     def total_capacity(self) -> int:
@@ -158,7 +170,7 @@ class Dispatcher:
         """Whether a claimed job can start now without waiting for a batch's worth of room:
         an executor is idle, or (when most jobs are coroutines) has room for a coroutine,
         since coroutines free their slots one by one."""
-        coroutines = self.async_share >= 0.5
+        coroutines = self.async_share >= 0.5 and not self._holding_back()
         now = time.monotonic()
         return any(
             not e.broken and (e.idle or (coroutines and self.async_room(e, now)))
@@ -173,7 +185,7 @@ class Dispatcher:
         Read from the slots the child shares, not from the outcomes received: a slot freed
         while the worker was busy counts at once.
         """
-        if executor.broken or executor.holds_sync():
+        if executor.broken or executor.holds_sync() or executor is self.held_back:
             return 0
         started = executor.started()
         ahead = 0
@@ -192,11 +204,45 @@ class Dispatcher:
         return round(self.async_share * coroutines + (1 - self.async_share) * sync)
 
     def _coroutine_target(self, rooms):
-        target = max(rooms, key=rooms.get, default=None)
-        if target is None or rooms[target] <= 0:
-            return None
-        rooms[target] -= 1
+        """The executor with room for a coroutine that runs the most already (a slot free
+        now before one expected to free): coroutines keep to the fewest executors, and the
+        others stay idle for sync jobs."""
+        fits = [e for e, room in rooms.items() if room > 0]
+        target = min(fits, key=lambda e: (e.idle, not e.free_async_slots(), rooms[e]), default=None)
+        if target is not None:
+            rooms[target] -= 1
         return target
+
+    def _holding_back(self) -> bool:
+        """Whether an executor is held back for a sync job and is not idle yet (once idle, the
+        sync job can start there, or anything else if another worker took it)."""
+        held = self.held_back
+        if held is not None and (held.idle or held.broken or held not in self.executors):
+            self.held_back = held = None
+        return held is not None
+
+    def _hold_back_for_sync(self, now):
+        """A sync job found no place: hold back the executor of coroutines expected to be
+        done first (the fewest coroutines when their lengths are unknown)."""
+        if self._holding_back():
+            return
+        candidates = [e for e in self.executors if not e.broken and e.coroutines]
+        candidates = [e for e in candidates if not e.holds_sync()]
+        self.held_back = min(
+            candidates, key=lambda e: (self._done_at(e, now), len(e.inflight)), default=None
+        )
+
+    def _done_at(self, executor, now) -> float:
+        """When (monotonic) the coroutines in the executor are expected to be done; infinity
+        if the length of any of their tasks is not known."""
+        started = executor.started()
+        done = now
+        for seq, claimed in executor.inflight.items():
+            seen = self.durations.get(claimed.task_path)
+            if not seen or seen[1] < SEEN_BEFORE_SHORT:
+                return math.inf
+            done = max(done, started.get(seq, now) + seen[0])
+        return done
 
     def _target(self, estimate):
         idle = next((e for e in self.executors if e.idle and not e.broken), None)
@@ -241,11 +287,17 @@ class Dispatcher:
                 sync_full = target is None
             if target is None:
                 waiting.append(claimed)
+                if not coroutine:
+                    self._hold_back_for_sync(time.monotonic())
+                    if rooms is not None and self.held_back is not None:
+                        rooms[self.held_back] = 0
                 continue
             self.seq += 1
             target.send(self.seq, claimed, estimate, coroutine)
-            if not coroutine and rooms is not None:
-                rooms[target] = 0  # it holds a sync job now: no coroutine joins it
+            if not coroutine:
+                self.held_back = None  # a sync job found its place
+                if rooms is not None:
+                    rooms[target] = 0  # it holds a sync job now: no coroutine joins it
         waiting.extend(self.ready)
         self.ready = waiting
         for executor in self.executors:
