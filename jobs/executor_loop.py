@@ -146,7 +146,8 @@ class ExecutorLoop:
             if not self._take(seq, claimed, slot):
                 self._send(seq, _released(claimed))
                 continue
-            ran = run_attempt(claimed, worker_id=self.worker_id)
+            began = self.status[slot_fields(slot)[1]]
+            ran = run_attempt(claimed, worker_id=self.worker_id, began=began)
             self._answer(seq, slot, ran)
             self.tidy(claimed)
         # Asked to stop: what runs here finishes first (the worker kills us past its timeout).

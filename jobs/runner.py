@@ -13,8 +13,9 @@ import time
 from . import payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
-from .errors import PoisonJob, ResultTooLarge, Snooze, Unrecoverable, snooze_seconds
+from .errors import JobTimeout, PoisonJob, ResultTooLarge, Snooze, Unrecoverable, snooze_seconds
 from .errortext import describe
+from .executor_loop import timed_out, timeout_ends
 from .outcome import Ran, RanKind, now, plan_retry, task_result_for
 from .reports import AttemptReport
 from .states import DeadLetterReason
@@ -66,23 +67,39 @@ def _snooze_delay(exc: Snooze) -> float | None:
         return None
 
 
-def run_attempt(claimed: Claimed, *, worker_id: str) -> Ran:
-    """Run the task of a claimed job once, here; never raises."""
+def run_attempt(claimed: Claimed, *, worker_id: str, began: float | None = None) -> Ran:
+    """Run the task of a claimed job once, here; never raises.
+
+    `began` (monotonic) is when its executor counts it begun: one that ends past its timeout
+    from then timed out, whatever it returned or raised (the worker stops one still running
+    then, but may see its end first)."""
     attempt = prepare(claimed, worker_id=worker_id)
     if isinstance(attempt, Ran):
         return attempt
+    deadline = timeout_ends(claimed, began) if began is not None else None
     try:
         call_args = attempt.begin()
         try:
             value = attempt.task.call(*call_args, **attempt.kwargs)
         except BaseException as exc:
-            ran = attempt.failed(exc)
+            ran = attempt.failed(_late(claimed, deadline, exc))
         else:
-            ran = attempt.ended(value)
+            late = _late(claimed, deadline, None)
+            ran = attempt.ended(value) if late is None else attempt.failed(late)
         attempt.close()
         return attempt.announce(ran)
     except BaseException as exc:  # a signal receiver failed, or describing a failure did
         return attempt.broke(exc)
+
+
+def _late(claimed: Claimed, deadline: float | None, exc: BaseException | None):
+    """What an attempt ending now with `exc` (None: it returned) failed with: past
+    `deadline`, JobTimeout (caused by `exc`); else `exc`."""
+    if deadline is None or time.monotonic() <= deadline or isinstance(exc, JobTimeout):
+        return exc
+    error = timed_out(claimed)
+    error.__cause__ = exc
+    return error
 
 
 def prepare(claimed: Claimed, *, worker_id: str):

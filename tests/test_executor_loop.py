@@ -143,6 +143,20 @@ def test_a_coroutine_that_returns_after_holding_the_loop_past_its_timeout_timed_
     assert "end:blocker" in ledger(tmp_path)  # it did return, too late
 
 
+def test_a_sync_job_that_returns_past_its_timeout_before_it_is_stopped_timed_out(
+    executor, tmp_path
+):
+    # The worker stops a sync job at its timeout from outside; one whose end it sees first
+    # (here there is no worker to stop it) is judged by the same rule as a coroutine.
+    send, _, read, _, _ = executor
+    send(1, "late", 0.6, task_path="tests.tasks.ledger_span", timeout=0.2)
+    send(2, "in-time", 0, task_path="tests.tasks.ledger_span", timeout=5)
+    wait_for(lambda: {1, 2} <= set(read()), timeout=10, what="both answered")
+    assert (read()[1].kind, read()[1].error_type) == (RanKind.ERROR, "JobTimeout")
+    assert read()[2].kind == RanKind.OK
+    assert "end:late" in ledger(tmp_path)  # it did return, too late
+
+
 def _run_a_loop_that_a_job_closed():
     ours, theirs = multiprocessing.Pipe()
     executor = ExecutorLoop(
