@@ -16,6 +16,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from . import db, moments, payload, workflows
+from .backend import limit_key_for
 from .errors import JobCancelled
 from .models import AuditEntry, Job
 from .retry import MAX_ATTEMPTS
@@ -186,17 +187,28 @@ def rerun_job(
         earlier = _earlier_rerun(request_key)
         if earlier is not None:
             return earlier
+    limit_key = original.limit_key
     if edited:
         args, kwargs = payload.check_arguments(
             original.args if args is None else args, original.kwargs if kwargs is None else kwargs
         )
+        limit_key = _limit_key_of_edited_rerun(original, args, kwargs)
     if original.state not in RERUNNABLE:
-        message = f"job is {_words(original.state)}; only finished jobs can be rerun"
-        _audit(original.id, "rerun", message, user=user, source=source)
-        return ActionResult(False, message, job=original)
+        return _not_rerunnable(original, user, source)
     new_id = uuid.uuid4()
     try:
         with transaction.atomic():
+            # A guarded no-op write first, as a discard's: it locks the original (PostgreSQL)
+            # or the database (SQLite), so it is neither discarded nor put back in line before
+            # the run pointing at it is stored.
+            held = Job.objects.filter(id=original.id, state__in=RERUNNABLE).update(
+                cancel_requested_at=F("cancel_requested_at")
+            )
+            if not held:
+                now = Job.objects.filter(id=original.id).first()
+                if now is None:
+                    return ActionResult(False, "no such job")
+                return _not_rerunnable(now, user, source)
             db.insert_job(
                 {
                     "id": new_id,
@@ -210,6 +222,8 @@ def rerun_job(
                     "attempt": 0,
                     "max_attempts": _own_max_attempts(original),
                     "timeout": original.timeout,
+                    "backoff": original.backoff,
+                    "limit_key": limit_key,
                     "rerun_of_id": original.id,
                 }
             )
@@ -231,6 +245,27 @@ def rerun_job(
         return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def _not_rerunnable(job, user, source) -> ActionResult:
+    message = f"job is {_words(job.state)}; only finished jobs can be rerun"
+    _audit(job.id, "rerun", message, user=user, source=source)
+    return ActionResult(False, message, job=job)
+
+
+def _limit_key_of_edited_rerun(original, args, kwargs) -> str | None:
+    """The limit key of a rerun with new arguments: the key the task computes from them, when
+    it computes its key; else the original's (given per call, or per task)."""
+    try:
+        task = load_task(original.task_path)
+    except Exception:
+        return original.limit_key
+    if not callable(getattr(task, "limit_key", None)):
+        return original.limit_key
+    try:
+        return limit_key_for(task, args, kwargs)
+    except Exception as e:
+        raise ValueError(f"the task's limit_key of the new arguments failed: {e!r}") from None
 
 
 def _own_max_attempts(job) -> int:

@@ -541,3 +541,9 @@ async def stops_its_loop(key, how):
     await asyncio.sleep(0.2)
     _event(f"end:{key}")
     return key
+
+
+@task(backoff=NO_WAIT, limit_key=lambda args, kwargs: f"tenant-{kwargs['tenant_id']}")
+def per_tenant(tenant_id):
+    """Its limit key is computed from its arguments at enqueue."""
+    return tenant_id

@@ -10,6 +10,7 @@ from django.utils import timezone
 from jobs import actions
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import TERMINAL, JobState
+from tests import tasks
 from tests.concurrency import at_once
 from tests.factories import add_attempts, make_job
 
@@ -108,6 +109,73 @@ def test_a_rerun_of_a_retried_job_gets_the_tasks_own_attempts_not_the_raised_one
 def test_a_rerun_of_a_job_whose_task_is_gone_keeps_the_jobs_attempts():
     job = make_job(JobState.DEAD_LETTER, task_path="tests.tasks.no_such_task", max_attempts=7)
     assert actions.rerun(job.id).max_attempts == 7
+
+
+def test_a_rerun_keeps_the_limit_key_and_the_backoff_its_original_was_enqueued_with():
+    from jobs.retry import Fixed
+
+    job_id = tasks.record.using(limit_key="tenant-42", backoff=Fixed(60)).enqueue("k").id
+    Job.objects.filter(id=job_id).update(
+        state=JobState.DEAD_LETTER, attempt=1, finished_at=timezone.now()
+    )
+    original = Job.objects.get(id=job_id)
+    for new in (actions.rerun(job_id), actions.rerun(job_id, args=["edited"])):
+        assert (new.limit_key, new.backoff) == ("tenant-42", original.backoff)
+        assert new.backoff is not None
+
+
+def test_an_edited_rerun_of_a_task_computing_its_limit_key_takes_the_new_arguments_key():
+    job_id = tasks.per_tenant.enqueue(tenant_id=7).id
+    Job.objects.filter(id=job_id).update(
+        state=JobState.SUCCEEDED, attempt=1, finished_at=timezone.now()
+    )
+    assert actions.rerun(job_id).limit_key == "tenant-7"
+    assert actions.rerun(job_id, kwargs={"tenant_id": 8}).limit_key == "tenant-8"
+    with pytest.raises(ValueError, match="limit_key"):
+        actions.rerun(job_id, kwargs={"other": 8})
+    assert Job.objects.count() == 3
+
+
+def test_a_rerun_of_a_job_discarded_meanwhile_answers_no_such_job(monkeypatch):
+    original = make_job(JobState.DEAD_LETTER)
+
+    def discarded_meanwhile(request_key):  # between the rerun's first read and its write
+        assert actions.discard(original.id)
+
+    monkeypatch.setattr(actions, "_earlier_rerun", discarded_meanwhile)
+    result = actions.rerun_job(original.id, request_key="press")
+    assert (result.changed, result.message) == (False, "no such job")
+    assert not Job.objects.exists()
+
+
+def test_a_rerun_of_a_job_retried_meanwhile_is_refused(monkeypatch):
+    original = make_job(JobState.DEAD_LETTER)
+
+    def retried_meanwhile(request_key):
+        assert actions.retry(original.id)
+
+    monkeypatch.setattr(actions, "_earlier_rerun", retried_meanwhile)
+    result = actions.rerun_job(original.id, request_key="press")
+    assert not result.changed and "only finished jobs can be rerun" in result.message
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reruns_and_discards_of_one_job_never_fail():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    for _ in range(10):
+        job = make_job(JobState.DEAD_LETTER)
+        results, errors = at_once(
+            [partial(actions.rerun_job, job.id), partial(actions.discard_job, job.id)]
+        )
+        assert errors == []  # a raise here is the bug under test
+        (rerun,) = [r for r in results if r.message != "job discarded"]
+        assert rerun.changed or rerun.message == "no such job"
+        if rerun.changed:  # the rerun came first: the discard cleared its link
+            assert Job.objects.get(id=rerun.new_job.id).rerun_of_id is None
+        assert not Job.objects.filter(id=job.id).exists()
+        Job.objects.all().delete()
 
 
 @pytest.mark.parametrize("state", sorted(set(JobState) - TERMINAL))
