@@ -96,6 +96,9 @@ class JobsBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"run_after must be an aware datetime, not {type(task.run_after).__name__}"
             )
+        if isinstance(task.priority, bool) or not isinstance(task.priority, int | float):
+            # Django's own range check would fail on it with a TypeError.
+            raise InvalidTask(f"priority must be a whole number, not {task.priority!r}")
         super().validate_task(task)
         if not isinstance(task, JobTask):
             return
@@ -195,7 +198,12 @@ class JobsBackend(BaseTaskBackend):
         self.validate_task(task)
         if getattr(task, "after", None) is not None or getattr(task, "dedup_key", None):
             raise InvalidTask("enqueue_many does not take after= or dedup_key=; use enqueue")
-        calls = list(calls)
+        try:
+            calls = list(calls)
+        except TypeError:
+            raise TypeError(
+                f"enqueue_many takes a list of (args, kwargs) pairs, not {calls!r:.80}"
+            ) from None
         if callable(getattr(task, "limit_key", None)):
             # One batch per key the calls compute, all in one transaction.
             by_key: dict = {}
@@ -340,8 +348,10 @@ def _pairs(calls):
         try:
             args, kwargs = call
         except (TypeError, ValueError):
+            args = kwargs = None
+        if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
             raise TypeError(
-                f"enqueue_many takes (args, kwargs) pairs, such as ((1, 2), {{}}); "
-                f"call {number} is {call!r:.80}"
-            ) from None
+                f"enqueue_many takes (args, kwargs) pairs, args a list or tuple and kwargs a "
+                f"dict, such as ((1, 2), {{}}); call {number} is {call!r:.80}"
+            )
         yield args, kwargs

@@ -350,11 +350,25 @@ def test_enqueue_many_with_a_bad_call_inside_a_transaction_leaves_the_transactio
     assert {str(i) for i in Job.objects.values_list("id", flat=True)} == {before.id, after.id}
 
 
-@pytest.mark.parametrize("bad", [5, (1, 2, 3), "ab c", None])
+@pytest.mark.parametrize("bad", [5, (1, 2, 3), "ab c", None, (5, {}), ((1,), [2]), ("ab", {})])
 def test_enqueue_many_names_a_call_that_is_not_an_args_kwargs_pair(bad):
     calls = [((i,), {}) for i in range(3)] + [bad]
     with pytest.raises(TypeError, match=r"takes \(args, kwargs\) pairs.*call 4 is "):
         tasks.echo.enqueue_many(calls)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("calls", [5, None, 2.5])
+def test_enqueue_many_of_something_other_than_a_list_of_calls_says_so(calls):
+    with pytest.raises(TypeError, match=r"takes a list of \(args, kwargs\) pairs, not "):
+        tasks.echo.enqueue_many(calls)
+
+
+@pytest.mark.parametrize("priority", ["5", True, [1]])
+def test_a_priority_that_is_not_a_number_is_refused_clearly(priority):
+    with pytest.raises(InvalidTask) as refused:
+        tasks.echo.using(priority=priority).enqueue(1)
+    assert str(refused.value) == f"priority must be a whole number, not {priority!r}"
     assert not Job.objects.exists()
 
 
