@@ -196,8 +196,9 @@ class Attempt:
             self.claimed, self.task, self.args, self.kwargs, self.started, self.worker_id
         )
 
-    def failed(self, exc: BaseException) -> Ran:
-        """The attempt raised `exc`; call it where the exception is being handled."""
+    def failed(self, exc: BaseException, *, unrecoverable: bool = False) -> Ran:
+        """The attempt raised `exc`; call it where the exception is being handled.
+        `unrecoverable`: dead-letter the job at once, as if `exc` were `Unrecoverable`."""
         # Executors ignore SIGINT and SIGTERM, so even KeyboardInterrupt and SystemExit come
         # from the task itself: they fail this attempt like any other exception.
         claimed, task = self.claimed, self.task
@@ -212,7 +213,7 @@ class Attempt:
             )
         error_type, message, text = describe(exc)
         stop, delay = "", None
-        if isinstance(exc, Unrecoverable):
+        if unrecoverable or isinstance(exc, Unrecoverable):
             stop = DeadLetterReason.UNRECOVERABLE
         else:
             delay, stop = plan_retry(
@@ -245,7 +246,8 @@ class Attempt:
                     f"of {payload.MAX_BYTES:,} (1 MiB): store it elsewhere and return its key"
                 )
         except BaseException as exc:
-            return self.failed(exc)
+            # Another attempt would redo the work only to return such a value again.
+            return self.failed(exc, unrecoverable=True)
         self.value = value
         return Ran(
             self.claimed.id,

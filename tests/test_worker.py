@@ -113,11 +113,12 @@ def test_a_job_whose_stored_arguments_no_longer_fit_is_poison(run_worker):
         assert job.error_type
 
 
-def test_a_return_value_that_is_not_json_fails_the_attempt(run_worker):
+def test_a_return_value_that_is_not_json_dead_letters_the_job_at_once(run_worker):
     result = tasks.returns_object.enqueue()
     burst(run_worker)
     job = Job.objects.get(id=result.id)
     assert job.state == JobState.DEAD_LETTER and job.error_type == "TypeError"
+    assert (job.attempt, job.dead_letter_reason) == (1, "unrecoverable")
 
 
 def test_a_continuation_runs_after_its_parent_succeeds(run_worker, ledger):
