@@ -24,9 +24,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(directory: Path, *, host: str, port: int, user: str, pool_size: int = 4):
+def start(directory: Path, *, host: str, port: int, user: str, pool_size: int = 4, extra=""):
     """Start PgBouncer (transaction mode) forwarding every database to host:port; returns
-    (process, its port)."""
+    (process, its port). `extra`: more lines of its [pgbouncer] section."""
     listen = free_port()
     (directory / "users.txt").write_text(f'"{user}" ""\n')
     (directory / "pgbouncer.ini").write_text(
@@ -42,6 +42,7 @@ pool_mode = transaction
 default_pool_size = {pool_size}
 max_client_conn = 500
 ignore_startup_parameters = extra_float_digits,options
+{extra}
 """
     )
     command = [BINARY, str(directory / "pgbouncer.ini")]

@@ -21,6 +21,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 @pytest.fixture
 def through_pgbouncer(tmp_path):
     """The tests' database URL through a PgBouncer of its own (transaction mode, 2 sessions)."""
+    yield from _pgbouncer(tmp_path)
+
+
+@pytest.fixture
+def through_round_robin_pgbouncer(tmp_path):
+    """The same, handing out its least recently used session first (server_round_robin)."""
+    yield from _pgbouncer(tmp_path, extra="server_round_robin = 1")
+
+
+def _pgbouncer(tmp_path, extra=""):
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (PgBouncer pools PostgreSQL sessions)")
     if pgbouncer.BINARY is None:
@@ -34,6 +44,7 @@ def through_pgbouncer(tmp_path):
         port=int(s.get("PORT") or 5432),
         user=s.get("USER") or "postgres",
         pool_size=2,
+        extra=extra,
     )
     yield f"postgres://{s.get('USER') or 'postgres'}@127.0.0.1:{port}/{s['NAME']}"
     pgbouncer.stop(process)
@@ -79,6 +90,22 @@ def two_burst_workers(env) -> list[str]:
 def test_the_engine_finds_sessions_shared_through_pgbouncer_and_not_directly(through_pgbouncer):
     assert pooler.sessions_are_shared(through_pgbouncer)
     assert not pooler.sessions_are_shared(direct_url())
+
+
+def test_the_engine_finds_sessions_shared_through_a_pgbouncer_handing_them_out_in_turn(
+    through_round_robin_pgbouncer,
+):
+    import psycopg
+
+    # Both of its sessions open and idle: two clients taking turns then get them in turn, and
+    # only one client's statements in a row show the sharing. The probe's repeated statement
+    # is never prepared either (a prepared one would be missing from the other session).
+    url = through_round_robin_pgbouncer
+    with psycopg.connect(url) as one, psycopg.connect(url) as two:
+        pids = {c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in (one, two)}
+    assert len(pids) == 2  # the two transactions overlapped: two sessions
+    for _ in range(3):
+        assert pooler.sessions_are_shared(url)
 
 
 def test_two_workers_through_the_pooler_run_every_job_once_and_poll(

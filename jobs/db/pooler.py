@@ -7,9 +7,11 @@ asks here once per process and database, and then keeps its hot statements unpre
 the worker's settings per transaction, and listens only on a direct connection.
 
 The probe, with two client connections: through such a pooler a session freed by one client is
-handed to the next (PgBouncer reuses the last freed one first), and one client's statements may
-run in different sessions; directly (or through a session-mode pooler) every client keeps one
-session of its own. Three rounds, each a handful of one-row statements.
+handed to the next (PgBouncer reuses the last freed one first), or one client's statements in a
+row run in different sessions (PgBouncer's `server_round_robin` hands out the least recently
+used one first, so two clients taking turns would each keep one); directly (or through a
+session-mode pooler) every client keeps one session of its own. Three rounds, each a handful of
+one-row statements, never prepared: a prepared statement lives in one session only.
 """
 
 import threading
@@ -54,16 +56,16 @@ def sessions_are_shared(params: dict | str) -> bool:
 
     def connect():
         if isinstance(params, str):
-            return psycopg.connect(params, autocommit=True)
-        return psycopg.connect(**params, autocommit=True)
+            return psycopg.connect(params, autocommit=True, prepare_threshold=None)
+        return psycopg.connect(**params, autocommit=True, prepare_threshold=None)
 
     def pid(c):
         return c.execute("SELECT pg_backend_pid()").fetchone()[0]
 
     with connect() as first, connect() as second:
         for _ in range(PROBE_ROUNDS):
-            before, other, after = pid(first), pid(second), pid(first)
-            if other == before or after != before:
+            before, again, other, after = pid(first), pid(first), pid(second), pid(first)
+            if again != before or other == before or after != before:
                 return True
     return False
 
