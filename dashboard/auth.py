@@ -5,6 +5,7 @@ writes (a bearer token cannot be sent by a browser on its own, so token requests
 applies the console's permission rules. Every refusal is a JSON error, never a login redirect.
 """
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import wraps
@@ -13,11 +14,14 @@ from typing import cast
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db import DatabaseError
 from django.db.models import Q
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.utils.log import log_response
 from django.views.decorators.csrf import csrf_exempt
+
+from jobs.reconnect import first_line, is_transient
 
 from .models import ApiToken
 from .permissions import OPERATE_PERMISSION, can_operate, can_view
@@ -26,6 +30,10 @@ from .serializers import BadRequest, error
 # last_used_at is written at most this often per token, so polling scripts cost no writes.
 TOUCH_INTERVAL = timedelta(minutes=1)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# What a 503 for a database out of reach asks clients to wait before trying again.
+RETRY_AFTER_SECONDS = 5
+
+logger = logging.getLogger(__name__)
 
 
 class AuthenticationFailed(Exception):
@@ -114,6 +122,10 @@ def api_view(*methods: str, operate: bool = False):
                 return error(413, f"the body is larger than the {limit:,} bytes accepted")
             except SuspiciousOperation as exc:
                 return error(400, str(exc) or "the request was refused")
+            except DatabaseError as exc:
+                if out_of_reach(exc):
+                    return database_unavailable(request, exc)
+                return server_error(request, exc)
             except Exception as exc:
                 return server_error(request, exc)
 
@@ -145,6 +157,24 @@ def api_view(*methods: str, operate: bool = False):
         return wrapper
 
     return decorate
+
+
+def out_of_reach(exc) -> bool:
+    """A database error a client's retry may get past: a transient one (jobs.reconnect), not
+    SQLite's missing table or column, which it raises as the same OperationalError."""
+    return is_transient(exc) and not first_line(exc).lower().startswith("no such ")
+
+
+def database_unavailable(request, exc):
+    """A JSON 503 for a database that cannot be reached now (a cut connection, a pooler or
+    server down, a lock held too long): worth trying again, unlike a 500. The error's text,
+    which may name hosts, goes to the log only."""
+    logger.warning("database unavailable for %s: %s", request.path, first_line(exc))
+    return error(
+        503,
+        "the database is unavailable right now; try again shortly",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def server_error(request, exc):

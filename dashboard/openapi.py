@@ -31,6 +31,7 @@ ERRORS = {
         "Error",
     ),
     "500": _json("The server failed; the error is logged with its traceback.", "Error"),
+    "503": _json("The database cannot be reached now: try again (Retry-After).", "Error"),
 }
 NOT_FOUND = {"404": _json("No job has this id.", "Error")}
 RERUN_BODY = {

@@ -72,6 +72,28 @@ def test_a_failure_of_the_server_is_a_json_500_and_is_logged(admin_user, caplog)
     assert record.exc_info is not None
 
 
+def test_a_database_out_of_reach_is_a_json_503_saying_to_try_again(admin_user, monkeypatch, caplog):
+    from django.db import OperationalError
+
+    from dashboard import auth
+
+    client = Client(raise_request_exception=False)
+    client.force_login(admin_user)
+
+    def refused(request):
+        raise OperationalError('connection to server at "10.0.0.7", port 6432 failed: refused')
+
+    monkeypatch.setattr(auth, "authenticate", refused)
+    with caplog.at_level(logging.WARNING, logger="dashboard.auth"):
+        response = client.get("/api/v1/jobs")
+
+    assert_json_error(response, 503)
+    assert response.json()["error"] == "the database is unavailable right now; try again shortly"
+    assert response["Retry-After"] == "5"
+    assert "10.0.0.7" not in response.content.decode()  # the details go to the log only
+    assert "10.0.0.7" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status"),
     [
