@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Least
 from django.utils import timezone
 
 from . import db, moments, payload, workflows
 from .backend import limit_key_for
 from .errors import JobCancelled
-from .models import AuditEntry, Job
+from .models import AuditEntry, Dependency, Job
 from .retry import MAX_ATTEMPTS
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 from .tasks import load_task
@@ -91,7 +91,7 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
         return ActionResult(False, "no such job")
     with transaction.atomic():
         try:
-            changed = _put_back_in_line(job_id)
+            changed = _put_back_in_line([job_id])
         except IntegrityError:
             # Another job took the dedup_key while this one was terminal; the partial unique
             # index decided, so two concurrent retries or enqueues never both win.
@@ -112,12 +112,40 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
         )
 
 
-def _put_back_in_line(job_id) -> int:
+def retry_many(job_ids) -> int:
+    """Retry each of `job_ids` as `retry_job` does; the number put back in line. Nothing is
+    audited per job (a bulk action writes its own entry).
+
+    Jobs outside any workflow go back in one statement with one wake-up of the workers. A
+    workflow's nodes go one by one in id order, as single presses do: each retry re-arms the
+    graph around its node as the graph is then. So do all of them when one's dedup_key was
+    taken meanwhile, each retried or refused as a single press is.
+    """
+    ids = sorted(set(job_ids))
+    linked = Dependency.objects.filter(Q(downstream_id__in=ids) | Q(upstream_id__in=ids))
+    in_graphs = set(linked.values_list("downstream_id", flat=True)) | set(
+        linked.values_list("upstream_id", flat=True)
+    )
+    alone = [job_id for job_id in ids if job_id not in in_graphs]
+    try:
+        with transaction.atomic():
+            changed = _put_back_in_line(alone)
+    except IntegrityError:
+        changed = sum(retry_job(job_id, record=False).changed for job_id in alone)
+    else:
+        if changed:
+            db.notify_workers()
+    nodes = [job_id for job_id in ids if job_id in in_graphs]
+    return changed + sum(retry_job(job_id, record=False).changed for job_id in nodes)
+
+
+def _put_back_in_line(job_ids) -> int:
     # A savepoint: a dedup_key conflict rolls back this update only (PostgreSQL would otherwise
     # refuse every later statement of the transaction).
     with transaction.atomic():
         # A job that used the largest allowed number of attempts can only rerun.
-        return Job.objects.filter(id=job_id, state__in=RETRYABLE, attempt__lt=MAX_ATTEMPTS).update(
+        retryable = Q(id__in=job_ids, state__in=RETRYABLE, attempt__lt=MAX_ATTEMPTS)
+        return Job.objects.filter(retryable).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
             finished_at=None,

@@ -11,10 +11,19 @@ from dataclasses import dataclass
 from . import actions
 from .models import AuditEntry
 
+
+def _one_by_one(act):
+    def batch(job_ids) -> int:
+        return sum(act(job_id, record=False).changed for job_id in job_ids)
+
+    return batch
+
+
+# Each takes a batch of job ids and returns how many it changed.
 ACTIONS = {
-    "retry": actions.retry_job,
-    "cancel": actions.cancel_job,
-    "discard": actions.discard_job,
+    "retry": actions.retry_many,
+    "cancel": _one_by_one(actions.cancel_job),
+    "discard": _one_by_one(actions.discard_job),
 }
 BATCH = 500
 
@@ -74,9 +83,7 @@ def run(
                 break
             last = chunk[-1]
             matched += len(chunk)
-            applied += sum(
-                act(job_id, user=user, source=source, record=False).changed for job_id in chunk
-            )
+            applied += act(chunk)
             yield BulkResult(matched=matched, applied=applied)
     finally:
         AuditEntry.record(

@@ -1,5 +1,6 @@
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from jobs import bulk
 from jobs.models import AuditEntry, Job
@@ -51,6 +52,55 @@ def test_jobs_not_allowed_in_their_state_are_matched_but_not_changed():
     result = bulk.apply("discard", Job.objects.all())
     assert (result.matched, result.applied) == (3, 2)
     assert list(Job.objects.values_list("state", flat=True)) == [JobState.PENDING]
+
+
+def test_bulk_retry_puts_each_job_back_as_a_single_press_would():
+    from jobs.retry import MAX_ATTEMPTS
+
+    dead = make_job(JobState.DEAD_LETTER, attempt=3, max_attempts=3)
+    spent = make_job(JobState.DEAD_LETTER, attempt=MAX_ATTEMPTS, max_attempts=MAX_ATTEMPTS)
+    make_job(JobState.SUCCEEDED)
+    result = bulk.apply("retry", Job.objects.all())
+    assert (result.matched, result.applied) == (3, 1)
+    dead.refresh_from_db()
+    assert (dead.state, dead.max_attempts, dead.error_type) == (JobState.PENDING, 4, "")
+    assert Job.objects.get(id=spent.id).state == JobState.DEAD_LETTER  # it can only rerun
+
+
+def test_bulk_retry_of_dead_letters_sharing_a_dedup_key_retries_one_and_refuses_the_rest():
+    for _ in range(3):
+        make_job(JobState.DEAD_LETTER, dedup_key="welcome-42")
+    other = make_job(JobState.DEAD_LETTER)
+    result = bulk.apply("retry", Job.objects.all())
+    assert (result.matched, result.applied) == (4, 2)
+    held = Job.objects.filter(dedup_key="welcome-42", state=JobState.PENDING)
+    assert held.count() == 1
+    assert Job.objects.get(id=other.id).state == JobState.PENDING
+
+
+def test_bulk_retry_of_a_workflows_failed_nodes_re_arms_the_graph_as_single_presses_do():
+    from jobs.workflows import Workflow
+    from tests import tasks
+
+    wf = Workflow("bulk")
+    first = wf.add(tasks.record, "first")
+    second = wf.add(tasks.record, "second", after=[first], on_upstream_failure="run")
+    wf.add(tasks.record, "third", after=[second])
+    wf.enqueue()
+    ids = [n.job_id for n in wf.nodes]
+    for job_id in ids[:2]:  # both ended on their own; the third was cancelled by the second
+        Job.objects.filter(id=job_id).update(
+            state=JobState.DEAD_LETTER, attempt=1, finished_at=timezone.now(), waiting_for=0
+        )
+    Job.objects.filter(id=ids[2]).update(
+        state=JobState.CANCELLED, finished_at=timezone.now(), error_type="ParentFailed"
+    )
+    result = bulk.apply("retry", Job.objects.filter(id__in=ids[:2]))
+    assert result.applied >= 1
+    states = {j.id: (j.state, j.waiting_for) for j in Job.objects.filter(id__in=ids)}
+    assert states[ids[0]] == (JobState.PENDING, 0)
+    assert states[ids[1]] == (JobState.SCHEDULED, 1)  # waits for the first once, not twice
+    assert states[ids[2]] == (JobState.SCHEDULED, 1)
 
 
 def test_bulk_cancel_cancels_waiting_jobs():
