@@ -13,7 +13,7 @@ FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def configure_worker_logging(level: str | None = None) -> None:
+def configure_worker_logging(level: str | int | None = None) -> None:
     """Log the worker's lines to stderr unless the project already handles them; `level`
     (one of LEVELS) sets how much, default INFO or what the project configured."""
     engine = logging.getLogger("jobs")
@@ -26,3 +26,22 @@ def configure_worker_logging(level: str | None = None) -> None:
             engine.setLevel(logging.INFO)
     if level is not None:
         engine.setLevel(level)
+
+
+def worker_logging() -> tuple[int, bool]:
+    """How the worker logs (its `jobs` loggers' level, and whether as JSON lines), for its
+    executors to log their lines, a task's `context.logger` included, the same way."""
+    from .logformat import JsonFormatter
+
+    engine = logging.getLogger("jobs")
+    return engine.level, any(isinstance(h.formatter, JsonFormatter) for h in engine.handlers)
+
+
+def log_like_the_worker(setup: tuple[int, bool]) -> None:
+    """In an executor: set up its `jobs` loggers as `worker_logging()` read the worker's."""
+    from .logformat import use_json
+
+    level, json_lines = setup
+    configure_worker_logging(level or None)
+    if json_lines:
+        use_json()

@@ -46,6 +46,21 @@ def test_every_line_of_a_json_worker_parses_and_carries_the_documented_keys(run_
     assert lines[0]["event"] == "worker_started" and lines[-1]["event"] == "worker_stopped"
 
 
+def test_a_tasks_own_log_lines_follow_the_workers_format_and_level(run_worker):
+    job = tasks.logs_hostile.enqueue("a line from the task with a\nbreak").id
+    proc = run_worker("--log-format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    (line,) = [x for x in lines if "from the task" in x.get("message", "")]  # one line
+    assert (line["level"], line["message"]) == ("warning", "a line from the task with a\nbreak")
+    assert str(job) in {x["job_id"] for x in lines}
+
+    tasks.logs_hostile.enqueue("a warning under --log-level ERROR")
+    quiet = run_worker("--log-level", "ERROR")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "a warning under --log-level ERROR" not in quiet.stderr
+
+
 def test_a_log_format_other_than_text_or_json_is_refused(manage):
     proc = manage("worker", "--burst", "--log-format", "xml")
     assert proc.returncode != 0

@@ -47,8 +47,9 @@ def _die_with_parent() -> int:
     return parent
 
 
-def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
-    """Entry point of an executor process."""
+def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logging_setup=None):
+    """Entry point of an executor process; `logging_setup`: `jobs.logs.worker_logging()` of
+    its worker, whose level and format its lines follow."""
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
     # process group must not kill a job half-way. The signals were blocked since birth.
     for sig in STOP_SIGNALS:
@@ -64,8 +65,12 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module):
         django.setup()
     from django.db import connections
 
+    from ..logs import log_like_the_worker
     from ..reports import start_live_writer
     from ..task_connections import tidy
+
+    if logging_setup is not None:
+        log_like_the_worker(logging_setup)
 
     start_live_writer()
     executor = ExecutorLoop(

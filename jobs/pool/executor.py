@@ -14,6 +14,7 @@ import time
 from multiprocessing import forkserver, resource_tracker
 
 from ..executor_loop import LEASES, RELEASE_UP_TO, TAKEN, new_status, started_jobs
+from ..logs import worker_logging
 from .child import STOP_SIGNALS, child_main
 from .wire import SEND_EVERY, Channel, _dumps, _job_codec, _ran_codec
 
@@ -67,7 +68,15 @@ class Executor:
         self.taking = ctx.Lock()
         self.process = ctx.Process(
             target=child_main,
-            args=(child_conn, self.status, self.taking, stop_flag, worker_id, settings_module),
+            args=(
+                child_conn,
+                self.status,
+                self.taking,
+                stop_flag,
+                worker_id,
+                settings_module,
+                worker_logging(),
+            ),
             name=f"jobsite-executor-{index}",
             daemon=True,
         )
