@@ -67,7 +67,18 @@ def record_attempts(settled) -> None:
     )
     tracer = trace.get_tracer(TRACER)
     for f, claimed in ran:
-        _attempt_span(tracer, f, claimed, carriers.get(f.job_id))
+        _attempt_span(tracer, f, claimed, _carrier(carriers.get(f.job_id)))
+
+
+def _carrier(stored):
+    """A job's stored trace context as propagators read it: a dict of texts, or None. A row
+    holding anything else (written by hand, or by another tool) gets a span of its own rather
+    than costing the spans of the attempts reported with it."""
+    if not isinstance(stored, dict) or not stored:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in stored.items()):
+        return None
+    return stored
 
 
 def _attempt_span(tracer, f, claimed, carrier):

@@ -102,6 +102,20 @@ def test_a_bulk_enqueue_is_one_span_every_job_refers_to(enqueue_spans, traced_wo
     assert all(s["parent"] == enqueued["context"] for s in runs)
 
 
+def test_a_stored_trace_context_of_any_shape_costs_no_other_attempt_its_span(
+    enqueue_spans, traced_worker
+):
+    ids = tasks.add.enqueue_many([((n, 1), {}) for n in range(4)])
+    [enqueued] = [span_record(s) for s in enqueue_spans.get_finished_spans()]
+    odd_ones = ["just a string", [1, 2, 3], {"traceparent": 5}]
+    for job_id, odd in zip(ids[1:], odd_ones, strict=True):
+        Job.objects.filter(id=job_id).update(trace_context=odd)
+    runs = {s["attributes"]["jobsite.job_id"]: s for s in traced_worker()}
+    assert sorted(runs) == sorted(map(str, ids))  # a span for every attempt
+    assert runs[str(ids[0])]["parent"] == enqueued["context"]
+    assert all(runs[str(job_id)]["parent"] is None for job_id in ids[1:])
+
+
 def test_without_a_tracer_provider_an_enqueue_carries_no_trace_context(subprocess_env):
     script = (
         "import django, sys; django.setup()\n"
