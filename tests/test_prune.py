@@ -98,6 +98,22 @@ def test_an_unreadable_age_is_refused(age):
         prune("--older-than", age)
 
 
+@pytest.mark.parametrize("age", ["999999d", "999999w"])
+def test_an_age_reaching_back_before_the_calendar_is_refused_and_deletes_nothing(age):
+    job = old(JobState.SUCCEEDED)
+    with pytest.raises(CommandError, match="reaches back before the year 1"):
+        prune("--older-than", age)
+    assert remaining() == {job.id}
+
+
+@pytest.mark.parametrize("states", ["", " , "])
+def test_an_empty_state_list_is_refused_not_taken_for_the_default(states):
+    job = old(JobState.SUCCEEDED)
+    with pytest.raises(CommandError, match="names no state"):
+        prune("--older-than", "0s", "--state", states)
+    assert remaining() == {job.id}
+
+
 @pytest.mark.parametrize(
     ("age", "kept_days"), [("30m", []), ("12h", []), ("2d", [1]), ("2w", [1, 5, 13])]
 )

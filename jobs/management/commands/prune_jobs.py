@@ -2,7 +2,7 @@
 
 import re
 from argparse import ArgumentTypeError
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -20,11 +20,20 @@ def age(text: str) -> timedelta:
     if not match:
         raise ArgumentTypeError(f"{text!r} is not an age like 30m, 12h, 7d or 2w")
     amount, unit = match.groups()
-    return timedelta(**{UNITS[unit]: int(amount)})
+    older_than = timedelta(**{UNITS[unit]: int(amount)})
+    try:
+        datetime.now(UTC) - older_than
+    except OverflowError:
+        raise ArgumentTypeError(f"{text!r} reaches back before the year 1") from None
+    return older_than
 
 
 def state_list(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()]
+    states = [s.strip() for s in text.split(",") if s.strip()]
+    if not states:
+        # An empty value (an unset shell variable, say) must not mean the default states.
+        raise ArgumentTypeError(f"{text!r} names no state: give one or more, comma-separated")
+    return states
 
 
 class Command(BaseCommand):
