@@ -41,13 +41,29 @@ def enqueue_span(row: dict, *, count: int = 1):
         attributes["jobsite.job_id"] = str(row["id"])
     else:
         attributes["jobsite.job_count"] = count
+    with _producer_span(f"enqueue {path}", attributes, [row]):
+        yield
+
+
+@contextmanager
+def enqueue_rows_span(rows: list[dict], *, name: str, attributes: dict):
+    """Around an enqueue of `rows` that are no one task's batch (a workflow's nodes, a
+    schedule's fire times): one span, `name`, whose context every row carries."""
+    if not active() or not rows:
+        yield
+        return
+    with _producer_span(name, {**attributes, "jobsite.job_count": len(rows)}, rows):
+        yield
+
+
+@contextmanager
+def _producer_span(name: str, attributes: dict, rows: list[dict]):
     tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
-        f"enqueue {path}", kind=trace.SpanKind.PRODUCER, attributes=attributes
-    ):
+    with tracer.start_as_current_span(name, kind=trace.SpanKind.PRODUCER, attributes=attributes):
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
-        row["trace_context"] = carrier or None
+        for row in rows:
+            row["trace_context"] = carrier or None
         yield
 
 

@@ -102,6 +102,47 @@ def test_a_bulk_enqueue_is_one_span_every_job_refers_to(enqueue_spans, traced_wo
     assert all(s["parent"] == enqueued["context"] for s in runs)
 
 
+def test_a_workflows_enqueue_is_one_span_its_nodes_first_attempts_are_children_of(
+    enqueue_spans, traced_worker
+):
+    from jobs.workflows import Workflow
+
+    wf = Workflow("traced")
+    first = wf.add(tasks.add, 1, 2)
+    wf.add(tasks.add, 3, 4, after=[first])
+    workflow_id = wf.enqueue()
+    [enqueued] = [span_record(s) for s in enqueue_spans.get_finished_spans()]
+    assert enqueued["name"] == "enqueue workflow traced"
+    assert enqueued["attributes"]["jobsite.workflow_id"] == workflow_id
+    assert enqueued["attributes"]["jobsite.job_count"] == 2
+    runs = traced_worker()
+    assert sorted(s["attributes"]["jobsite.job_id"] for s in runs) == sorted(
+        str(n.job_id) for n in wf.nodes
+    )
+    assert all(s["parent"] == enqueued["context"] for s in runs)
+
+
+def test_a_schedules_fires_and_run_now_each_make_an_enqueue_span_their_jobs_carry(
+    enqueue_spans,
+):
+    from jobs import schedules
+    from tests.test_schedules import PING, rewind, with_schedules
+
+    with with_schedules(PING, SCHEDULE_GRACE_SECONDS=1000):
+        schedules.tick()
+        rewind("ping", 6)
+        schedules.tick()
+        fired = list(Job.objects.all())
+        now = schedules.trigger("ping")
+    spans = [span_record(s) for s in enqueue_spans.get_finished_spans()]
+    assert [(s["name"], s["attributes"]["jobsite.schedule"]) for s in spans] == [
+        ("enqueue tests.tasks.record", "ping")
+    ] * 2
+    assert spans[0]["attributes"]["jobsite.job_count"] == len(fired) > 0
+    assert all(job.trace_context["traceparent"] for job in fired)
+    assert Job.objects.get(id=now.id).trace_context["traceparent"]
+
+
 def test_a_stored_trace_context_of_any_shape_costs_no_other_attempt_its_span(
     enqueue_spans, traced_worker
 ):

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import F
 
-from .. import db
+from .. import db, tracing
 from .fire_times import Plan, latest_fire_at_or_before, next_fire_after, plan
 from .spec import ScheduleSpec, backend_for, configured, grace_seconds, task_for
 
@@ -139,8 +139,9 @@ def fire(spec, row, decision: Plan, backend) -> bool:
             return False
         if decision.fire:
             try:
-                with transaction.atomic():
-                    db.insert_jobs([job_row(spec, backend, scheduled_at=t) for t in decision.fire])
+                rows = [job_row(spec, backend, scheduled_at=t) for t in decision.fire]
+                with transaction.atomic(), _fire_span(spec, rows):
+                    db.insert_jobs(rows)
             except IntegrityError:
                 # Only reachable if the row was reset by hand: the jobs' own constraint holds.
                 logger.warning("schedule %s: a fire time already had its job", spec.name)
@@ -159,8 +160,18 @@ def job_row(spec: ScheduleSpec, backend, *, scheduled_at: datetime | None) -> di
 def insert_run(spec: ScheduleSpec, backend) -> dict:
     """Enqueue one run of `spec` now, outside its fire times; returns its row."""
     row = job_row(spec, backend, scheduled_at=None)
-    db.insert_job(row)
+    with _fire_span(spec, [row]):
+        db.insert_job(row)
     return row
+
+
+def _fire_span(spec: ScheduleSpec, rows: list[dict]):
+    """The enqueue span of a schedule's jobs: their runs' spans are its children."""
+    return tracing.enqueue_rows_span(
+        rows,
+        name=f"enqueue {spec.task_path}",
+        attributes={"jobsite.schedule": spec.name, "jobsite.task": spec.task_path},
+    )
 
 
 def _log(result: Fired):

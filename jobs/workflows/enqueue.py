@@ -4,7 +4,7 @@ import uuid
 
 from django.db import transaction
 
-from .. import db
+from .. import db, tracing
 from ..backend import refusing_held_dedup_keys
 from ..compat import Task
 from ..db.sql import BATCH_CALLBACKS
@@ -114,7 +114,14 @@ class Workflow:
             WorkflowRecord.objects.create(
                 id=workflow_id, name=self.name, kind=self.kind, nodes=len(rows)
             )
-            with refusing_held_dedup_keys(row["dedup_key"] for row in rows):
+            with (
+                tracing.enqueue_rows_span(
+                    rows,
+                    name=f"enqueue {self.kind} {self.name}",
+                    attributes={"jobsite.workflow_id": str(workflow_id)},
+                ),
+                refusing_held_dedup_keys(row["dedup_key"] for row in rows),
+            ):
                 db.insert_jobs(rows)
             db.link(edges)
         self.id = workflow_id
