@@ -123,9 +123,9 @@ def retry_many(job_ids) -> int:
     """
     ids = sorted(set(job_ids))
     linked = Dependency.objects.filter(Q(downstream_id__in=ids) | Q(upstream_id__in=ids))
-    in_graphs = set(linked.values_list("downstream_id", flat=True)) | set(
-        linked.values_list("upstream_id", flat=True)
-    )
+    in_graphs = {
+        job_id for edge in linked.values_list("downstream_id", "upstream_id") for job_id in edge
+    }
     alone = [job_id for job_id in ids if job_id not in in_graphs]
     try:
         with transaction.atomic():
@@ -226,13 +226,9 @@ def rerun_job(
     new_id = uuid.uuid4()
     try:
         with transaction.atomic():
-            # A guarded no-op write first, as a discard's: it locks the original (PostgreSQL)
-            # or the database (SQLite), so it is neither discarded nor put back in line before
-            # the run pointing at it is stored.
-            held = Job.objects.filter(id=original.id, state__in=RERUNNABLE).update(
-                cancel_requested_at=F("cancel_requested_at")
-            )
-            if not held:
+            # The original is neither discarded nor put back in line before the run pointing
+            # at it is stored.
+            if not _hold(original.id, RERUNNABLE):
                 now = Job.objects.filter(id=original.id).first()
                 if now is None:
                     return ActionResult(False, "no such job")
@@ -273,6 +269,16 @@ def rerun_job(
         return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def _hold(job_id, states) -> bool:
+    """Whether the job is in one of `states`, and if so held there for the rest of the
+    transaction: a guarded no-op write locks its row (PostgreSQL) or the database (SQLite)."""
+    return bool(
+        Job.objects.filter(id=job_id, state__in=states).update(
+            cancel_requested_at=F("cancel_requested_at")
+        )
+    )
 
 
 def _not_rerunnable(job, user, source) -> ActionResult:
@@ -398,11 +404,7 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
         return ActionResult(False, "no such job")
     with transaction.atomic():
         moments.repair_stored(job_id)  # deleting reads the job and the rows pointing at it
-        # A guarded no-op write first: it locks the row (PostgreSQL) or the database (SQLite), so
-        # the state cannot change between this check and the delete.
-        held = Job.objects.filter(id=job_id, state__in=DISCARDABLE).update(
-            cancel_requested_at=F("cancel_requested_at")
-        )
+        held = _hold(job_id, DISCARDABLE)  # its state cannot change before the delete
         job = Job.objects.filter(id=job_id).only("id", "task_path", "state").first()
         if job is None:
             return ActionResult(False, "no such job")
