@@ -129,6 +129,14 @@ def test_a_60_job_batch_runs_on_success_and_on_finish_once_each_with_the_counts(
         }
 
 
+def assert_only_on_finish_ran(ledger, batch_id, counts):
+    """The batch's on_success was cancelled, and its on_finish ran once with `counts`."""
+    assert callback_runs(ledger, batch_id) == 1
+    done = callbacks(batch_id)
+    assert done["batch.on_success"].state == JobState.CANCELLED
+    assert done["batch.on_finish"].return_value == {"batch_id": batch_id, "counts": counts}
+
+
 def test_a_batch_with_a_dead_letter_runs_only_on_finish(run_worker, ledger):
     batch = Batch("one-fails", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
     for i in range(5):
@@ -136,13 +144,7 @@ def test_a_batch_with_a_dead_letter_runs_only_on_finish(run_worker, ledger):
     batch.add(tasks.always_fails.using(max_attempts=1), "doomed")
     batch_id = batch.enqueue()
     burst(run_worker)
-    assert callback_runs(ledger, batch_id) == 1
-    done = callbacks(batch_id)
-    assert done["batch.on_success"].state == JobState.CANCELLED
-    assert done["batch.on_finish"].return_value == {
-        "batch_id": batch_id,
-        "counts": {JobState.SUCCEEDED: 5, JobState.DEAD_LETTER: 1},
-    }
+    assert_only_on_finish_ran(ledger, batch_id, {JobState.SUCCEEDED: 5, JobState.DEAD_LETTER: 1})
 
 
 def test_a_continuation_still_waits_for_its_parent(run_worker, ledger):
@@ -160,13 +162,7 @@ def test_a_cancelled_batch_still_runs_on_finish_once_with_the_counts(run_worker,
     batch_id = batch.enqueue()
     workflows.cancel(batch_id)
     burst(run_worker)
-    assert callback_runs(ledger, batch_id) == 1
-    done = callbacks(batch_id)
-    assert done["batch.on_success"].state == JobState.CANCELLED
-    assert done["batch.on_finish"].return_value == {
-        "batch_id": batch_id,
-        "counts": {JobState.CANCELLED: 3},
-    }
+    assert_only_on_finish_ran(ledger, batch_id, {JobState.CANCELLED: 3})
 
 
 def test_a_cancelled_batch_retried_callbacks_first_runs_them_once_after_its_jobs(
