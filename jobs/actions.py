@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -144,8 +144,8 @@ def _put_back_in_line(job_ids) -> int:
     # refuse every later statement of the transaction).
     with transaction.atomic():
         # A job that used the largest allowed number of attempts can only rerun.
-        retryable = Q(id__in=job_ids, state__in=RETRYABLE, attempt__lt=MAX_ATTEMPTS)
-        return Job.objects.filter(retryable).update(
+        held = _held_in(job_ids, RETRYABLE)
+        return Job.objects.filter(id__in=held, attempt__lt=MAX_ATTEMPTS).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
             finished_at=None,
@@ -228,7 +228,7 @@ def rerun_job(
         with transaction.atomic():
             # The original is neither discarded nor put back in line before the run pointing
             # at it is stored.
-            if not _hold(original.id, RERUNNABLE):
+            if not _held_in([original.id], RERUNNABLE):
                 now = Job.objects.filter(id=original.id).first()
                 if now is None:
                     return ActionResult(False, "no such job")
@@ -269,16 +269,6 @@ def rerun_job(
         return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
-
-
-def _hold(job_id, states) -> bool:
-    """Whether the job is in one of `states`, and if so held there for the rest of the
-    transaction: a guarded no-op write locks its row (PostgreSQL) or the database (SQLite)."""
-    return bool(
-        Job.objects.filter(id=job_id, state__in=states).update(
-            cancel_requested_at=F("cancel_requested_at")
-        )
-    )
 
 
 def _not_rerunnable(job, user, source) -> ActionResult:
@@ -341,36 +331,54 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
     job_id = _job_id(job_or_id)
     if job_id is None:
         return ActionResult(False, "no such job")
-    now = timezone.now()
     with transaction.atomic():
-        moments.repair_stored(job_id)  # the answer reads the job back
-        changed = Job.objects.filter(id=job_id, state__in=CANCELLABLE).update(
-            state=JobState.CANCELLED,
-            finished_at=now,
-            error_type=JobCancelled.__name__,
-            error_message="cancelled by an operator",
-            cancel_requested_at=now,
-        )
-        if changed:
-            db.cancel_continuations([job_id])
-            db.add_counters({"jobs_cancelled": 1})
+        moments.repair_stored([job_id])  # the answer reads the job back
+        cancelled, asked = _cancel([job_id])
+        if cancelled:
             message = "job cancelled"
         else:
-            # A running job is asked to stop; its worker ends it (cooperatively, then hard).
-            changed = Job.objects.filter(
-                id=job_id, state=JobState.RUNNING, cancel_requested_at__isnull=True
-            ).update(cancel_requested_at=now)
             state = _state_of(job_id)
             if state is None:
                 return ActionResult(False, "no such job")
-            if changed:
+            if asked:
                 message = "cancel requested; the worker will stop the job"
             elif state == JobState.RUNNING:
                 message = "cancel already requested"
             else:
                 message = f"job already {_words(state)}"
         _audit(job_id, "cancel", message, user=user, source=source, record=record)
-    return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
+    return ActionResult(bool(cancelled or asked), message, job=Job.objects.get(id=job_id))
+
+
+def cancel_many(job_ids) -> int:
+    """Cancel each of `job_ids` as `cancel_job` does, in one transaction; the number cancelled
+    or asked to stop. Nothing is audited per job (a bulk action writes its own entry)."""
+    with transaction.atomic():
+        cancelled, asked = _cancel(job_ids)
+    return cancelled + asked
+
+
+def _cancel(job_ids) -> tuple[int, int]:
+    """Cancel the waiting jobs among `job_ids`, with the jobs waiting for them, and ask the
+    running ones to stop (their worker ends them, cooperatively, then hard): how many of each.
+    In the caller's transaction."""
+    now = timezone.now()
+    waiting = _held_in(job_ids, CANCELLABLE)
+    if waiting:
+        Job.objects.filter(id__in=waiting).update(
+            state=JobState.CANCELLED,
+            finished_at=now,
+            error_type=JobCancelled.__name__,
+            error_message="cancelled by an operator",
+            cancel_requested_at=now,
+        )
+        db.cancel_continuations(waiting)
+        db.add_counters({"jobs_cancelled": len(waiting)})
+    running = _held_in(job_ids, [JobState.RUNNING])
+    asked = Job.objects.filter(id__in=running, cancel_requested_at__isnull=True).update(
+        cancel_requested_at=now
+    )
+    return len(waiting), asked
 
 
 def run_now_job(job_or_id, *, user=None, source="python") -> ActionResult:
@@ -403,8 +411,8 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
     if job_id is None:
         return ActionResult(False, "no such job")
     with transaction.atomic():
-        moments.repair_stored(job_id)  # deleting reads the job and the rows pointing at it
-        held = _hold(job_id, DISCARDABLE)  # its state cannot change before the delete
+        moments.repair_stored([job_id])  # deleting reads the job and the rows pointing at it
+        held = _held_in([job_id], DISCARDABLE)  # its state cannot change before the delete
         job = Job.objects.filter(id=job_id).only("id", "task_path", "state").first()
         if job is None:
             return ActionResult(False, "no such job")
@@ -412,7 +420,7 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
             message = f"job is {_words(job.state)}; only finished jobs can be discarded"
             _audit(job_id, "discard", message, user=user, source=source, record=record)
             return ActionResult(False, message, job=job)
-        Job.objects.filter(id=job_id).delete()
+        Job.objects.filter(id__in=held).delete()
         if record:
             AuditEntry.record(
                 user=user,
@@ -423,6 +431,34 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
                 task_path=job.task_path,
             )
     return ActionResult(True, "job discarded", job=job)
+
+
+def discard_many(job_ids) -> int:
+    """Discard each of `job_ids` as `discard_job` does, in one transaction; the number deleted.
+    Nothing is audited per job (a bulk action writes its own entry)."""
+    with transaction.atomic():
+        moments.repair_stored(job_ids)
+        finished = _held_in(job_ids, DISCARDABLE)
+        if finished:
+            Job.objects.filter(id__in=finished).delete()
+    return len(finished)
+
+
+def _held_in(job_ids, states) -> list[uuid.UUID]:
+    """Those of `job_ids` in one of `states`, in id order, held there for the rest of the
+    transaction: a locking read locks their rows in that order, rechecking each one's state
+    (PostgreSQL); where there is none (SQLite), a guarded no-op write takes the database's
+    write lock first, whatever the transaction mode.
+
+    Every action that changes many jobs at once locks them here first, so two of them over
+    the same jobs never wait on each other crosswise.
+    """
+    jobs = Job.objects.filter(id__in=job_ids, state__in=states)
+    if connection.features.has_select_for_update:
+        jobs = jobs.select_for_update()
+    else:
+        jobs.update(cancel_requested_at=F("cancel_requested_at"))
+    return list(jobs.order_by("id").values_list("id", flat=True))
 
 
 def _words(state):

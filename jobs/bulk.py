@@ -1,8 +1,8 @@
 """One action over every job a filter matches: retry, cancel or discard, in batches.
 
-Each job goes through the same guarded action as a single press (`jobs.actions`), so a job not
-allowed in its state is matched but not changed. The whole run writes one audit entry with its
-counts instead of one per job.
+Each batch goes through the same guarded action as a single press (`jobs.actions`, for many
+jobs at once), so a job not allowed in its state is matched but not changed. The whole run
+writes one audit entry with its counts instead of one per job.
 """
 
 from collections.abc import Callable, Iterator
@@ -11,19 +11,11 @@ from dataclasses import dataclass
 from . import actions
 from .models import AuditEntry
 
-
-def _one_by_one(act):
-    def batch(job_ids) -> int:
-        return sum(act(job_id, record=False).changed for job_id in job_ids)
-
-    return batch
-
-
 # Each takes a batch of job ids and returns how many it changed.
 ACTIONS = {
     "retry": actions.retry_many,
-    "cancel": _one_by_one(actions.cancel_job),
-    "discard": _one_by_one(actions.discard_job),
+    "cancel": actions.cancel_many,
+    "discard": actions.discard_many,
 }
 BATCH = 500
 

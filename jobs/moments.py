@@ -41,9 +41,9 @@ def refusal(name: str, value: datetime) -> str | None:
     )
 
 
-def repair_stored(job_id=None) -> int:
+def repair_stored(job_ids=None) -> int:
     """Bring run_after and not_after stored out of range (by an earlier version) back to the
-    nearest end, in one UPDATE that never reads them; only job `job_id` when given.
+    nearest end, in one UPDATE that never reads them; only the jobs `job_ids` when given.
 
     Reading such a row fails, so SQL compares and rewrites it: a time past LATEST meant
     "never" and a time before EARLIEST "at once", as the ends still mean. Returns rows changed.
@@ -64,6 +64,6 @@ def repair_stored(job_id=None) -> int:
     for field in fields:
         outside |= Q(**{f"{field}__gt": LATEST}) | Q(**{f"{field}__lt": EARLIEST})
     jobs = Job.objects.filter(outside)
-    if job_id is not None:
-        jobs = jobs.filter(id=job_id)
+    if job_ids is not None:
+        jobs = jobs.filter(id__in=job_ids)
     return jobs.update(**{field: clamped(field) for field in fields})

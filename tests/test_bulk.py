@@ -1,11 +1,18 @@
+from functools import partial
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import bulk
-from jobs.models import AuditEntry, Job
+from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import JobState
-from tests.factories import make_job
+from tests.concurrency import at_once
+from tests.factories import add_attempts, make_job
+
+ACTIONS = ("retry", "discard", "cancel")
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +116,85 @@ def test_bulk_cancel_cancels_waiting_jobs():
     make_job(JobState.DEAD_LETTER)
     result = bulk.apply("cancel", Job.objects.all())
     assert (result.matched, result.applied) == (3, 2)
+
+
+def test_bulk_cancel_asks_running_jobs_to_stop_and_cancels_what_waits_for_them():
+    parent = make_job(JobState.PENDING)
+    child = make_job(JobState.SCHEDULED, parent=parent)
+    running = make_job(JobState.RUNNING)
+    asked_before = make_job(JobState.RUNNING, cancel_requested_at=timezone.now())
+    result = bulk.apply("cancel", Job.objects.exclude(id=child.id))
+    assert (result.matched, result.applied) == (3, 2)
+    states = dict(Job.objects.values_list("id", "state"))
+    assert states[parent.id] == states[child.id] == JobState.CANCELLED
+    assert Job.objects.get(id=child.id).error_type == "ParentFailed"
+    assert states[running.id] == JobState.RUNNING
+    assert Job.objects.get(id=running.id).cancel_requested_at is not None
+    assert Job.objects.get(id=asked_before.id).cancel_requested_at == (
+        asked_before.cancel_requested_at
+    )
+    assert CounterDelta.objects.totals().get("jobs_cancelled") == 2
+
+
+def test_bulk_discard_deletes_finished_jobs_with_their_attempts_keeping_the_runs_after_them():
+    dead = make_job(JobState.DEAD_LETTER)
+    add_attempts(dead, ["failed", "failed", "failed"])
+    rerun = make_job(JobState.PENDING, rerun_of=dead)
+    cancelled = make_job(JobState.CANCELLED)
+    result = bulk.apply("discard", Job.objects.filter(id__in=[dead.id, cancelled.id, rerun.id]))
+    assert (result.matched, result.applied) == (3, 2)
+    assert list(Job.objects.values_list("id", flat=True)) == [rerun.id]
+    assert not Attempt.objects.exists()
+    assert Job.objects.get(id=rerun.id).rerun_of_id is None
+
+
+@pytest.mark.parametrize(
+    ("action", "state"),
+    [
+        ("retry", JobState.DEAD_LETTER),
+        ("cancel", JobState.PENDING),
+        ("cancel", JobState.RUNNING),
+        ("discard", JobState.DEAD_LETTER),
+    ],
+)
+def test_a_batch_takes_as_many_queries_for_forty_jobs_as_for_four(action, state):
+    """A bulk action over many jobs finishes within a request's time: its statements per batch
+    do not grow with the batch's size."""
+
+    def queries_for(n):
+        jobs = [make_job(state) for _ in range(n)]
+        for job in jobs:
+            add_attempts(job, ["failed"] * job.attempt)
+        with CaptureQueriesContext(connection) as run:
+            result = bulk.apply(action, Job.objects.filter(id__in=[j.id for j in jobs]))
+        assert (result.matched, result.applied) == (n, n)
+        return len(run.captured_queries)
+
+    assert queries_for(40) == queries_for(4)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_retries_discards_and_cancels_racing_over_the_same_jobs_each_change_a_job_once():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    for _ in range(300):
+        make_job(JobState.DEAD_LETTER)
+    everything = Job.objects.all()
+
+    def bulk_action(action):
+        return action, bulk.apply(action, everything, batch=50)
+
+    results, errors = at_once([partial(bulk_action, action) for action in ACTIONS * 2])
+    assert errors == []  # a deadlock or a constraint error here is the bug under test
+    applied = {action: 0 for action in ACTIONS}
+    for action, result in results:
+        applied[action] += result.applied
+    left = dict(Job.objects.values_list("id", "state"))
+    # Each job was retried at most once, then perhaps cancelled, or discarded while finished.
+    assert applied["discard"] == 300 - len(left)
+    assert applied["retry"] >= applied["cancel"]
+    assert set(left.values()) <= {JobState.PENDING, JobState.CANCELLED, JobState.DEAD_LETTER}
+    assert applied["retry"] - applied["cancel"] == list(left.values()).count(JobState.PENDING)
 
 
 def test_an_unknown_action_is_refused():
