@@ -213,6 +213,11 @@ class Dispatcher:
             rooms[target] -= 1
         return target
 
+    def held_for_sync(self):
+        """The executor held back for a sync job (it takes no coroutine until the job starts
+        there), or None."""
+        return self.held_back if self._holding_back() else None
+
     def _holding_back(self) -> bool:
         """Whether an executor is held back for a sync job and is not idle yet (once idle, the
         sync job can start there, or anything else if another worker took it)."""

@@ -348,9 +348,10 @@ class Supervisor:
 
     def free_slots(self) -> dict:
         """What the console shows of this worker's room: executors free for a sync job, and
-        free coroutine slots."""
+        free coroutine slots (none in an executor held back for a sync job)."""
         live = [e for e in self.executors if not e.broken]
+        held = self.dispatcher.held_for_sync()
         return {
             "free_sync_slots": sum(1 for e in live if e.idle),
-            "free_async_slots": sum(e.free_async_slots() for e in live),
+            "free_async_slots": sum(e.free_async_slots() for e in live if e is not held),
         }
