@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -363,6 +363,11 @@ def _cancel(job_ids) -> tuple[int, int]:
     running ones to stop (their worker ends them, cooperatively, then hard): how many of each.
     In the caller's transaction."""
     now = timezone.now()
+    # Running jobs first: a finish holds its job's row, then locks the jobs it releases.
+    running = _held_in(job_ids, [JobState.RUNNING])
+    asked = Job.objects.filter(id__in=running, cancel_requested_at__isnull=True).update(
+        cancel_requested_at=now
+    )
     waiting = _held_in(job_ids, CANCELLABLE)
     if waiting:
         Job.objects.filter(id__in=waiting).update(
@@ -374,10 +379,6 @@ def _cancel(job_ids) -> tuple[int, int]:
         )
         db.cancel_continuations(waiting)
         db.add_counters({"jobs_cancelled": len(waiting)})
-    running = _held_in(job_ids, [JobState.RUNNING])
-    asked = Job.objects.filter(id__in=running, cancel_requested_at__isnull=True).update(
-        cancel_requested_at=now
-    )
     return len(waiting), asked
 
 
@@ -447,14 +448,14 @@ def discard_many(job_ids) -> int:
 def _held_in(job_ids, states) -> list[uuid.UUID]:
     """Those of `job_ids` in one of `states`, in id order, held there for the rest of the
     transaction: a locking read locks their rows in that order, rechecking each one's state
-    (PostgreSQL); where there is none (SQLite), a guarded no-op write takes the database's
-    write lock first, whatever the transaction mode.
+    (PostgreSQL); where rows are not locked (SQLite), a guarded no-op write takes the
+    database's write lock first, whatever the transaction mode.
 
     Every action that changes many jobs at once locks them here first, so two of them over
     the same jobs never wait on each other crosswise.
     """
     jobs = Job.objects.filter(id__in=job_ids, state__in=states)
-    if connection.features.has_select_for_update:
+    if db.engine().locks_rows:
         jobs = jobs.select_for_update()
     else:
         jobs.update(cancel_requested_at=F("cancel_requested_at"))
