@@ -61,30 +61,39 @@ def run(
     """Apply `action` batch by batch, yielding the running totals after each batch.
 
     Batches walk the ids in order, so jobs that the action moves out of the filter are neither
-    missed nor seen twice. The audit entry is written at the end, or with the totals so far when
-    the caller stops early (a closed progress page).
+    missed nor seen twice. The audit entry is written at the end, or with the totals of the
+    batches done and "stopped before the end" when the caller stops early (a closed progress
+    page) or a batch fails (its jobs are left as they were).
     """
     act = ACTIONS[_check(action)]
     ids = jobs.order_by("id").values_list("id", flat=True)
     matched = applied = 0
     last = None
+    complete = False
     try:
         while True:
             chunk = list((ids.filter(id__gt=last) if last else ids)[:batch])
             if not chunk:
                 break
             last = chunk[-1]
-            matched += len(chunk)
             applied += act(chunk)
+            matched += len(chunk)
             yield BulkResult(matched=matched, applied=applied)
+        complete = True
     finally:
+        outcome = f"{applied:,} of {matched:,} matching jobs changed"
         AuditEntry.record(
             user=user,
             action=f"bulk {action}",
             source=source,
-            outcome=f"{applied:,} of {matched:,} matching jobs changed",
+            outcome=outcome if complete else f"stopped before the end: {outcome}",
             subject=description[:255],
-            detail={"matched": matched, "applied": applied, "filter": description},
+            detail={
+                "matched": matched,
+                "applied": applied,
+                "filter": description,
+                "complete": complete,
+            },
         )
 
 

@@ -1,12 +1,14 @@
+import threading
+import time
 from functools import partial
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs import bulk
+from jobs import actions, bulk
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import JobState
 from tests.concurrency import at_once
@@ -50,6 +52,40 @@ def test_bulk_retry_goes_batch_by_batch_and_writes_one_audit_entry():
         "state=dead_letter",
     )
     assert entry.detail["matched"] == 7 and entry.detail["applied"] == 7
+
+
+def test_a_run_stopped_early_is_audited_with_the_batches_done_and_says_so():
+    for _ in range(5):
+        make_job(JobState.DEAD_LETTER)
+    run = bulk.run("retry", Job.objects.all(), batch=2)
+    assert next(run) == bulk.BulkResult(matched=2, applied=2)
+    run.close()  # the progress page was closed
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "stopped before the end: 2 of 2 matching jobs changed"
+    assert entry.detail["complete"] is False
+
+
+def test_a_batch_that_fails_changes_none_of_its_jobs_and_the_audit_says_the_run_stopped(
+    monkeypatch,
+):
+    for _ in range(4):
+        make_job(JobState.PENDING)
+    done = []
+
+    def cancel_then_fail(job_ids):
+        if done:
+            with transaction.atomic():  # fails halfway, as a deadlocked batch does
+                actions.cancel_many(job_ids)
+                raise OperationalError("deadlock detected")
+        done.append(job_ids)
+        return actions.cancel_many(job_ids)
+
+    monkeypatch.setitem(bulk.ACTIONS, "cancel", cancel_then_fail)
+    with pytest.raises(OperationalError):
+        bulk.apply("cancel", Job.objects.all(), batch=2)
+    assert Job.objects.filter(state=JobState.CANCELLED).count() == 2
+    entry = AuditEntry.objects.get()
+    assert entry.outcome == "stopped before the end: 2 of 2 matching jobs changed"
 
 
 def test_jobs_not_allowed_in_their_state_are_matched_but_not_changed():
@@ -195,6 +231,42 @@ def test_bulk_retries_discards_and_cancels_racing_over_the_same_jobs_each_change
     assert applied["retry"] >= applied["cancel"]
     assert set(left.values()) <= {JobState.PENDING, JobState.CANCELLED, JobState.DEAD_LETTER}
     assert applied["retry"] - applied["cancel"] == list(left.values()).count(JobState.PENDING)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_cancel_waits_for_a_finish_releasing_the_job_after_it_and_never_deadlocks():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    first = make_job(JobState.RUNNING)
+    after = make_job(JobState.SCHEDULED, parent=first)
+    finishing, errors = threading.Event(), []
+
+    def finish_as_a_worker_does():
+        # A finish holds its job's row, then locks the jobs it releases.
+        try:
+            with transaction.atomic():
+                Job.objects.filter(id=first.id).update(
+                    state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
+                )
+                finishing.set()
+                time.sleep(0.5)
+                list(Job.objects.select_for_update().filter(id=after.id))
+        except Exception as exc:  # surfaced to the test, which asserts on it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=finish_as_a_worker_does)
+    worker.start()
+    finishing.wait()
+    try:
+        result = bulk.apply("cancel", Job.objects.filter(id__in=[first.id, after.id]))
+    finally:
+        worker.join()
+    assert errors == []  # "deadlock detected" in either transaction is the bug under test
+    assert (result.matched, result.applied) == (2, 1)
+    states = dict(Job.objects.values_list("id", "state"))
+    assert (states[first.id], states[after.id]) == (JobState.SUCCEEDED, JobState.CANCELLED)
 
 
 def test_an_unknown_action_is_refused():
