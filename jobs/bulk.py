@@ -63,7 +63,7 @@ def run(
     Batches walk the ids in order, so jobs that the action moves out of the filter are neither
     missed nor seen twice. The audit entry is written at the end, or with the totals of the
     batches done and "stopped before the end" when the caller stops early (a closed progress
-    page) or a batch fails (its jobs are left as they were).
+    page) or a batch fails.
     """
     act = ACTIONS[_check(action)]
     ids = jobs.order_by("id").values_list("id", flat=True)

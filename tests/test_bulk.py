@@ -65,7 +65,7 @@ def test_a_run_stopped_early_is_audited_with_the_batches_done_and_says_so():
     assert entry.detail["complete"] is False
 
 
-def test_a_batch_that_fails_changes_none_of_its_jobs_and_the_audit_says_the_run_stopped(
+def test_a_cancel_batch_that_fails_changes_none_of_its_jobs_and_the_audit_says_so(
     monkeypatch,
 ):
     for _ in range(4):
