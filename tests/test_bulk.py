@@ -226,7 +226,8 @@ def test_bulk_retries_discards_and_cancels_racing_over_the_same_jobs_each_change
     for action, result in results:
         applied[action] += result.applied
     left = dict(Job.objects.values_list("id", "state"))
-    # Each job was retried at most once, then perhaps cancelled, or discarded while finished.
+    # Every retry puts a finished job back in line, every cancel ends one waiting there, and
+    # every discard deletes a finished one: the counts must add up to what is left.
     assert applied["discard"] == 300 - len(left)
     assert applied["retry"] >= applied["cancel"]
     assert set(left.values()) <= {JobState.PENDING, JobState.CANCELLED, JobState.DEAD_LETTER}
