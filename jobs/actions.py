@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
@@ -91,7 +91,7 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
         return ActionResult(False, "no such job")
     with transaction.atomic():
         try:
-            changed = _put_back_in_line([job_id])
+            changed = bool(_put_back_in_line([job_id]))
         except IntegrityError:
             # Another job took the dedup_key while this one was terminal; the partial unique
             # index decided, so two concurrent retries or enqueues never both win.
@@ -99,7 +99,7 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
             if refused is None:
                 raise
             return refused
-        rearmed = workflows.rearm(job_id) if changed else []
+        rearmed = workflows.rearm([job_id]) if changed else []
         return _answer(
             job_id,
             "retry",
@@ -114,38 +114,49 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
 
 def retry_many(job_ids) -> int:
     """Retry each of `job_ids` as `retry_job` does; the number put back in line. Nothing is
-    audited per job (a bulk action writes its own entry).
+    audited per job (a bulk action writes its own entry)."""
+    return len(put_back_many(job_ids))
 
-    Jobs outside any workflow go back in one statement with one wake-up of the workers. A
-    workflow's nodes go one by one in id order, as single presses do: each retry re-arms the
-    graph around its node as the graph is then. So do all of them when one's dedup_key was
-    taken meanwhile, each retried or refused as a single press is.
+
+def put_back_many(job_ids) -> list[uuid.UUID]:
+    """Retry each of `job_ids` as `retry_job` does, in one transaction; the ids put back in
+    line. Nothing is audited.
+
+    The jobs that wait for no other job (those outside workflows, a batch's jobs) go back in
+    one statement, and the graph after them is re-armed once for them all. The nodes that wait
+    for others follow one by one in id order, as single presses do: each retry re-arms the
+    graph around its node as the graph is then. When a dedup_key was taken meanwhile, each job
+    is retried or refused on its own, as a single press is. The workers are woken once.
     """
     ids = sorted(set(job_ids))
-    linked = Dependency.objects.filter(Q(downstream_id__in=ids) | Q(upstream_id__in=ids))
-    in_graphs = {
-        job_id for edge in linked.values_list("downstream_id", "upstream_id") for job_id in edge
-    }
-    alone = [job_id for job_id in ids if job_id not in in_graphs]
+    waits = set(
+        Dependency.objects.filter(downstream_id__in=ids).values_list("downstream_id", flat=True)
+    )
     try:
         with transaction.atomic():
-            changed = _put_back_in_line(alone)
+            back = _put_back_in_line([job_id for job_id in ids if job_id not in waits])
+            workflows.rearm(back)
+            for job_id in sorted(waits):
+                one = _put_back_in_line([job_id])
+                workflows.rearm(one)
+                back += one
     except IntegrityError:
-        changed = sum(retry_job(job_id, record=False).changed for job_id in alone)
-    else:
-        if changed:
-            db.notify_workers()
-    nodes = [job_id for job_id in ids if job_id in in_graphs]
-    return changed + sum(retry_job(job_id, record=False).changed for job_id in nodes)
+        return [job_id for job_id in ids if retry_job(job_id, record=False).changed]
+    if back:
+        db.notify_workers()
+    return back
 
 
-def _put_back_in_line(job_ids) -> int:
+def _put_back_in_line(job_ids) -> list[uuid.UUID]:
+    """Put the finished jobs of `job_ids` back in line; the ids of those it changed. A job that
+    used the largest allowed number of attempts can only rerun."""
     # A savepoint: a dedup_key conflict rolls back this update only (PostgreSQL would otherwise
     # refuse every later statement of the transaction).
     with transaction.atomic():
-        # A job that used the largest allowed number of attempts can only rerun.
         held = _held_in(job_ids, RETRYABLE)
-        return Job.objects.filter(id__in=held, attempt__lt=MAX_ATTEMPTS).update(
+        jobs = Job.objects.filter(id__in=held, attempt__lt=MAX_ATTEMPTS)
+        back = list(jobs.values_list("id", flat=True))
+        Job.objects.filter(id__in=back).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
             finished_at=None,
@@ -164,6 +175,7 @@ def _put_back_in_line(job_ids) -> int:
                 F("max_attempts") + (F("attempt") + 1 - F("max_attempts")) * _exhausted(),
             ),
         )
+        return back
 
 
 def _refused_for_dedup_key(job_id, *, user, source, record) -> ActionResult | None:

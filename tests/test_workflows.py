@@ -4,7 +4,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import actions, db, workflows
@@ -402,6 +404,44 @@ def test_a_run_anyway_node_waits_again_when_its_cancelled_upstream_is_retried():
     assert waits(child.job_id) == (JobState.SCHEDULED, 1)
     run(top)
     assert (state(child), state(anyway)) == (JobState.PENDING, JobState.PENDING)
+
+
+def test_retry_failed_puts_many_failed_members_back_at_once_and_audits_each():
+    batch = Batch("many", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    members = [batch.add(tasks.node, str(i)) for i in range(40)]
+    batch_id = batch.enqueue()
+    for member in members:
+        run(member, JobState.DEAD_LETTER)
+    on_success, on_finish = (
+        Job.objects.get(workflow_id=batch_id, node_name=f"batch.{name}").id
+        for name in ("on_success", "on_finish")
+    )
+    run(on_finish)
+    with CaptureQueriesContext(connection) as retried:
+        assert workflows.retry_failed(batch_id) == 40
+    # A batch's members wait for no other job: they go back together, the graph re-armed once.
+    assert len(retried.captured_queries) < 40
+    assert waits(on_success) == (JobState.SCHEDULED, 40)
+    assert state_of(on_finish) == JobState.SUCCEEDED  # it ran; it does not run again
+    audited = AuditEntry.objects.filter(action="retry").values_list("job_id", flat=True)
+    assert sorted(audited) == sorted(member.job_id for member in members)
+    for member in members:
+        run(member)
+    assert counts_given(on_success) == {"succeeded": 40}
+
+
+def test_a_bulk_retry_of_a_node_and_the_run_anyway_node_after_it_counts_it_once():
+    wf = Workflow("w")
+    top = wf.add(tasks.node, "top")
+    anyway = wf.add(tasks.node, "anyway", after=[top], on_upstream_failure="run")
+    wf.enqueue()
+    run(top, JobState.DEAD_LETTER)
+    run(anyway, JobState.DEAD_LETTER)
+    assert actions.retry_many([top.job_id, anyway.job_id]) == 2
+    assert waits(top.job_id) == (JobState.PENDING, 0)
+    assert waits(anyway.job_id) == (JobState.SCHEDULED, 1)
+    run(top)
+    assert waits(anyway.job_id) == (JobState.PENDING, 0)
 
 
 def test_cancelling_a_batch_cancels_its_members_and_on_success_and_still_runs_on_finish():

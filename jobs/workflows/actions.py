@@ -34,25 +34,33 @@ def _upstream_states(job_id) -> list[str]:
     return [r.state for r in rows.only("id", "state")]
 
 
-def rearm(job_id) -> list[uuid.UUID]:
-    """`job_id` was put back in line (a retry): the graph after it waits for it again.
+def rearm(job_ids) -> list[uuid.UUID]:
+    """`job_ids` were put back in line (a retry): the graph after them waits for them again.
 
-    The job itself waits for the upstream jobs that have not settled it. Every job after it that
-    has not started yet waits for it again: a scheduled one counts it unsettled once more, a
-    released one (pending, never started) goes back to waiting, one its failure cancelled waits
-    again, and so on downstream. A job that has started or ended otherwise is left alone, so a
-    batch's `on_finish` that already ran never runs twice. Called in the retry's transaction.
-    Returns the ids of the jobs after it made to wait again.
+    Each job itself waits for the upstream jobs that have not settled it. Every job after them
+    that has not started yet waits for them again: a scheduled one counts them unsettled once
+    more, a released one (pending, never started) goes back to waiting, one their failure
+    cancelled waits again, and so on downstream. A job that has started or ended otherwise is
+    left alone, so a batch's `on_finish` that already ran never runs twice. Called in the
+    retry's transaction. Returns the ids of the jobs after them made to wait again.
+
+    None of `job_ids` may come after another: retry such nodes one call at a time, each
+    re-arming the graph as it is then (`jobs.actions.retry_many`).
     """
-    job = Job.objects.filter(id=job_id).only(*_REARM_FIELDS).first()
-    if (
-        job is None
-        or not Dependency.objects.filter(Q(downstream_id=job_id) | Q(upstream_id=job_id)).exists()
-    ):
+    ids = set(job_ids)
+    if not ids:
         return []
-    _wait_again(job, Q(state=JobState.PENDING))
+    edges_around = Dependency.objects.filter(Q(downstream_id__in=ids) | Q(upstream_id__in=ids))
+    waiting, leading = set(), set()
+    for downstream, upstream in edges_around.values_list("downstream_id", "upstream_id"):
+        if downstream in ids:
+            waiting.add(downstream)
+        if upstream in ids:
+            leading.add(upstream)
+    for job in Job.objects.filter(id__in=waiting).only(*_REARM_FIELDS).order_by("id"):
+        _wait_again(job, Q(state=JobState.PENDING))
     rearmed: list[uuid.UUID] = []
-    frontier = [job_id]
+    frontier = sorted(leading)
     while frontier:
         edges = Counter(
             Dependency.objects.filter(upstream_id__in=frontier).values_list(
@@ -171,8 +179,9 @@ def _cancel(nodes, now, error_type: str, why: str) -> int:
 
 def retry_failed(workflow_id, *, user=None, source="python") -> int:
     """Retry every node that failed or was cancelled on its own (nodes cancelled because an
-    upstream node failed wait again through their upstream node's retry)."""
-    from ..actions import retry_job
+    upstream node failed wait again through their upstream node's retry), as a bulk retry of
+    them does; the number put back in line. Each node put back gets its audit entry."""
+    from ..actions import put_back_many
 
     workflow_id = _workflow_id(workflow_id)
     if workflow_id is None:
@@ -182,10 +191,17 @@ def retry_failed(workflow_id, *, user=None, source="python") -> int:
             workflow_id=workflow_id, state__in=[JobState.DEAD_LETTER, JobState.CANCELLED]
         )
         .exclude(error_type=UPSTREAM_FAILED)
-        .order_by("enqueued_at", "id")
         .values_list("id", flat=True)
     )
-    return sum(1 for job_id in list(failed) if retry_job(job_id, user=user, source=source).changed)
+    back = put_back_many(list(failed))
+    AuditEntry.record_each(
+        [{"job_id": job_id} for job_id in back],
+        user=user,
+        action="retry",
+        source=source,
+        outcome="job put back in line with its workflow's failed nodes",
+    )
+    return len(back)
 
 
 def _workflow_id(value):
