@@ -1,5 +1,6 @@
 """Bulk actions by filter over many jobs: retry and discard of dead letters, cancel of waiting
-jobs, each as one `jobs.bulk.apply` call (what the console's and the API's bulk actions run).
+jobs, each as one `jobs.bulk.apply` call (what the console's and the API's bulk actions run),
+and Retry failed nodes of a batch whose jobs all failed (`jobs.workflows.retry_failed`).
 
     .venv/bin/python bench/bulk_actions.py                       # SQLite and PostgreSQL
     .venv/bin/python bench/bulk_actions.py --db postgres --jobs 20000
@@ -59,6 +60,66 @@ def make_jobs(n, state):
     return jobs
 
 
+def make_failed_batch(n):
+    """A batch of n jobs that all ended dead letters: its on_success cancelled by their failure,
+    its on_finish run. Returns the batch's id."""
+    from django.utils import timezone
+
+    from jobs.db.sql import BATCH_CALLBACKS, UPSTREAM_FAILED
+    from jobs.models import Job
+    from jobs.states import JobState
+    from jobs.workflows import Batch
+    from jobsite.tasks import batch_report, noop
+
+    batch = Batch("bench", on_success=batch_report, on_finish=batch_report)
+    for _ in range(n):
+        batch.add(noop)
+    batch_id = batch.enqueue()
+    nodes = Job.objects.filter(workflow_id=batch_id)
+    on_success, on_finish = BATCH_CALLBACKS
+    now = timezone.now()
+    nodes.filter(node_name=on_success).update(
+        state=JobState.CANCELLED, finished_at=now, error_type=UPSTREAM_FAILED, waiting_for=0
+    )
+    nodes.filter(node_name=on_finish).update(
+        state=JobState.SUCCEEDED, finished_at=now, attempt=1, waiting_for=0
+    )
+    nodes.exclude(node_name__in=BATCH_CALLBACKS).update(
+        state=JobState.DEAD_LETTER, attempt=3, max_attempts=3, finished_at=now,
+        error_type="ValueError", error_message="no such account",
+    )  # fmt: skip
+    return batch_id
+
+
+def timed_retry_failed(n):
+    """`jobs.workflows.retry_failed` (the workflow page's Retry failed nodes) over a batch of n
+    dead letters; checks that they are back in line and on_success waits for them again."""
+    from jobs.db.sql import BATCH_CALLBACKS
+    from jobs.models import Job
+    from jobs.states import JobState
+    from jobs.workflows import retry_failed
+
+    reset()
+    batch_id = make_failed_batch(n)
+    start = time.perf_counter()
+    retried = retry_failed(batch_id)
+    seconds = time.perf_counter() - start
+    nodes = Job.objects.filter(workflow_id=batch_id)
+    on_success = nodes.get(node_name=BATCH_CALLBACKS[0])
+    members = nodes.exclude(node_name__in=BATCH_CALLBACKS)
+    back = members.filter(state=JobState.PENDING).count()
+    if (retried, back, on_success.state, on_success.waiting_for) != (
+        n, n, JobState.SCHEDULED, n
+    ):  # fmt: skip
+        raise SystemExit(f"retry_failed: {retried} retried, {back} back, on_success {on_success}")
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # reset() leaves the graph's tables alone
+        cursor.execute("DELETE FROM jobs_dependency")
+        cursor.execute("DELETE FROM jobs_workflow")
+    return seconds
+
+
 def timed(action, n, state, expect):
     from jobs import bulk
     from jobs.models import Job
@@ -79,7 +140,9 @@ def main():
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument(
-        "--actions", default="retry,discard,cancel", help="comma-separated, in this order"
+        "--actions",
+        default="retry,discard,cancel,retry_failed",
+        help="comma-separated, in this order",
     )
     args = parser.parse_args()
     if args.db == "both":
@@ -108,6 +171,10 @@ def main():
     }
     n = args.jobs
     for action in args.actions.split(","):
+        if action == "retry_failed":
+            seconds = timed_retry_failed(n)
+            log(f"{args.db}: retry_failed of a batch of {n:,}: {seconds:.2f} s")
+            continue
         state, expect = cases[action]
         seconds = timed(action, n, state, expect)
         log(f"{args.db}: bulk {action} of {n:,} jobs: {seconds:.2f} s ({n / seconds:,.0f} jobs/s)")
