@@ -45,7 +45,7 @@ def rearm(job_ids) -> list[uuid.UUID]:
     retry's transaction. Returns the ids of the jobs after them made to wait again.
 
     None of `job_ids` may come after another: retry such nodes one call at a time, each
-    re-arming the graph as it is then (`jobs.actions.retry_many`).
+    re-arming the graph as it is then (`jobs.actions.put_back_many`).
     """
     ids = set(job_ids)
     if not ids:
