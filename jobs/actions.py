@@ -153,9 +153,7 @@ def _put_back_in_line(job_ids) -> list[uuid.UUID]:
     # A savepoint: a dedup_key conflict rolls back this update only (PostgreSQL would otherwise
     # refuse every later statement of the transaction).
     with transaction.atomic():
-        held = _held_in(job_ids, RETRYABLE)
-        jobs = Job.objects.filter(id__in=held, attempt__lt=MAX_ATTEMPTS)
-        back = list(jobs.values_list("id", flat=True))
+        back = _held_in(job_ids, RETRYABLE, attempt__lt=MAX_ATTEMPTS)
         Job.objects.filter(id__in=back).update(
             state=JobState.PENDING,
             run_after=timezone.now(),
@@ -463,16 +461,16 @@ def _delete(job_ids) -> None:
     Job.objects.filter(id__in=job_ids).only("id").delete()
 
 
-def _held_in(job_ids, states) -> list[uuid.UUID]:
-    """Those of `job_ids` in one of `states`, in id order, held there for the rest of the
-    transaction: a locking read locks their rows in that order, rechecking each one's state
-    (PostgreSQL); where rows are not locked (SQLite), a guarded no-op write takes the
-    database's write lock first, whatever the transaction mode.
+def _held_in(job_ids, states, **also) -> list[uuid.UUID]:
+    """Those of `job_ids` in one of `states` (and matching `also`, further field lookups), in
+    id order, held there for the rest of the transaction: a locking read locks their rows in
+    that order, rechecking each one's state (PostgreSQL); where rows are not locked (SQLite), a
+    guarded no-op write takes the database's write lock first, whatever the transaction mode.
 
     Every action that changes many jobs at once locks them here first, so two of them over
     the same jobs never wait on each other crosswise.
     """
-    jobs = Job.objects.filter(id__in=job_ids, state__in=states)
+    jobs = Job.objects.filter(id__in=job_ids, state__in=states, **also)
     if db.engine().locks_rows:
         jobs = jobs.select_for_update()
     else:
