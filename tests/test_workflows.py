@@ -1,10 +1,13 @@
 """jobs.workflows in process: the checks at enqueue, what is stored, cancel, retry and re-arm."""
 
+import threading
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import F
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -428,6 +431,45 @@ def test_retry_failed_puts_many_failed_members_back_at_once_and_audits_each():
     for member in members:
         run(member)
     assert counts_given(on_success) == {"succeeded": 40}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_failed_waits_for_a_member_finishing_meanwhile_and_never_deadlocks():
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    batch_id, a, b, callback = batch_of_two()
+    run(a, JobState.DEAD_LETTER)
+    running = claim(b)
+    finishing, errors = threading.Event(), []
+
+    def finish_as_a_worker_does():
+        # A finish holds its job's row, then locks the jobs it releases in id order.
+        try:
+            with transaction.atomic():
+                Job.objects.filter(id=running.id).update(
+                    state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
+                )
+                finishing.set()
+                time.sleep(0.5)
+                released = Job.objects.filter(id__in=callback.values(), state=JobState.SCHEDULED)
+                for job in released.order_by("id").select_for_update():
+                    Job.objects.filter(id=job.id).update(waiting_for=F("waiting_for") - 1)
+        except Exception as exc:  # surfaced to the test, which asserts on it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=finish_as_a_worker_does)
+    worker.start()
+    finishing.wait()
+    try:
+        assert workflows.retry_failed(batch_id) == 1
+    finally:
+        worker.join()
+    assert errors == []  # "deadlock detected" in either transaction is the bug under test
+    # The retry saw the member's finish: the callbacks wait for the retried member alone.
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
+    assert waits(callback["on_success"]) == (JobState.SCHEDULED, 1)
 
 
 def test_a_bulk_retry_of_a_node_and_the_run_anyway_node_after_it_counts_it_once():

@@ -67,6 +67,7 @@ def rearm(job_ids) -> list[uuid.UUID]:
                 "downstream_id", flat=True
             )
         )
+        _hold_upstream_of(list(edges))
         # In this order: a released job's recount must see the cancelled ones still ended,
         # since their re-arming (the next round) counts them unsettled again.
         _count_again(edges)
@@ -74,6 +75,20 @@ def rearm(job_ids) -> list[uuid.UUID]:
         frontier = _rearm_cancelled(edges)
         rearmed += frontier
     return rearmed
+
+
+def _hold_upstream_of(job_ids: list) -> None:
+    """Lock every job that `job_ids` wait for, in id order, before any of `job_ids` changes.
+
+    A finish holds its job's row, then locks the jobs it releases: re-arming a job after it
+    and then reading its upstream states the other way round deadlocked with a member of a
+    batch finishing meanwhile. Held first, the upstream rows make such a finish commit before.
+    """
+    if not db.engine().locks_rows:
+        return
+    upstream = Dependency.objects.filter(downstream_id__in=job_ids).values("upstream_id")
+    rows = Job.objects.filter(id__in=upstream).order_by("id").select_for_update()
+    list(rows.values_list("id", flat=True))
 
 
 def _count_again(edges: Counter) -> None:
