@@ -1,6 +1,7 @@
 """Bulk actions by filter over many jobs: retry and discard of dead letters, cancel of waiting
 jobs, each as one `jobs.bulk.apply` call (what the console's and the API's bulk actions run),
-and Retry failed nodes of a batch whose jobs all failed (`jobs.workflows.retry_failed`).
+and Retry failed nodes (`jobs.workflows.retry_failed`) of a batch whose jobs all failed and of
+a workflow fanning out from one root to n nodes that all failed, joined again by one last node.
 
     .venv/bin/python bench/bulk_actions.py                       # SQLite and PostgreSQL
     .venv/bin/python bench/bulk_actions.py --db postgres --jobs 20000
@@ -120,6 +121,51 @@ def timed_retry_failed(n):
     return seconds
 
 
+def timed_retry_failed_fan_out(n):
+    """`jobs.workflows.retry_failed` over a workflow root -> n nodes -> last, whose n nodes
+    all failed (last was cancelled by their failure); checks that they are back in line and
+    that last waits for all of them again."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from jobs.db.sql import UPSTREAM_FAILED
+    from jobs.models import Job
+    from jobs.states import JobState
+    from jobs.workflows import Workflow, retry_failed
+    from jobsite.tasks import noop
+
+    reset()
+    wf = Workflow("bench")
+    root = wf.add(noop, "root")
+    nodes = [wf.add(noop, f"node {i}", after=[root]) for i in range(n)]
+    last = wf.add(noop, "last", after=nodes)
+    workflow_id = wf.enqueue()
+    now = timezone.now()
+    Job.objects.filter(id=root.job_id).update(
+        state=JobState.SUCCEEDED, finished_at=now, attempt=1, waiting_for=0
+    )
+    Job.objects.filter(id__in=[node.job_id for node in nodes]).update(
+        state=JobState.DEAD_LETTER, attempt=3, max_attempts=3, finished_at=now, waiting_for=0,
+        error_type="ValueError", error_message="no such account",
+    )  # fmt: skip
+    Job.objects.filter(id=last.job_id).update(
+        state=JobState.CANCELLED, finished_at=now, error_type=UPSTREAM_FAILED, waiting_for=0
+    )
+    start = time.perf_counter()
+    retried = retry_failed(workflow_id)
+    seconds = time.perf_counter() - start
+    back = Job.objects.filter(id__in=[node.job_id for node in nodes], state=JobState.PENDING)
+    after = Job.objects.get(id=last.job_id)
+    if (retried, back.count(), after.state, after.waiting_for) != (
+        n, n, JobState.SCHEDULED, n
+    ):  # fmt: skip
+        raise SystemExit(f"retry_failed: {retried} retried, {back.count()} back, last {after}")
+    with connection.cursor() as cursor:  # reset() leaves the graph's tables alone
+        cursor.execute("DELETE FROM jobs_dependency")
+        cursor.execute("DELETE FROM jobs_workflow")
+    return seconds
+
+
 def timed(action, n, state, expect):
     from jobs import bulk
     from jobs.models import Job
@@ -141,7 +187,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument(
         "--actions",
-        default="retry,discard,cancel,retry_failed",
+        default="retry,discard,cancel,retry_failed,retry_failed_fan_out",
         help="comma-separated, in this order",
     )
     args = parser.parse_args()
@@ -174,6 +220,10 @@ def main():
         if action == "retry_failed":
             seconds = timed_retry_failed(n)
             log(f"{args.db}: retry_failed of a batch of {n:,}: {seconds:.2f} s")
+            continue
+        if action == "retry_failed_fan_out":
+            seconds = timed_retry_failed_fan_out(n)
+            log(f"{args.db}: retry_failed of a fan-out of {n:,} nodes: {seconds:.2f} s")
             continue
         state, expect = cases[action]
         seconds = timed(action, n, state, expect)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from . import db, moments, payload, workflows
 from .backend import limit_key_for
 from .errors import JobCancelled
-from .models import AuditEntry, Dependency, Job
+from .models import AuditEntry, Job
 from .retry import MAX_ATTEMPTS
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 from .tasks import load_task
@@ -122,21 +122,21 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
     """Retry each of `job_ids` as `retry_job` does, in one transaction; the ids put back in
     line. Nothing is audited.
 
-    The jobs that wait for no other job (those outside workflows, a batch's jobs) go back in
-    one statement, and the graph after them is re-armed once for them all. The nodes that wait
-    for others follow one by one in id order, as single presses do: each retry re-arms the
-    graph around its node as the graph is then. When a dedup_key was taken meanwhile, each job
-    is retried or refused on its own, as a single press is. The workers are woken once.
+    The jobs that come after none of the others (every job outside workflows, a batch's
+    jobs, the failed nodes of most workflows) go back in one statement, and the graph after
+    them is re-armed once for them all. The nodes that come after another of them follow one
+    by one in id order, as single presses do: each retry re-arms the graph around its node as
+    the graph is then (a node and a run-anyway node after it, put back together, would count
+    the first twice). When a dedup_key was taken meanwhile, each job is retried or refused on
+    its own, as a single press is. The workers are woken once.
     """
     ids = sorted(set(job_ids))
-    waits = set(
-        Dependency.objects.filter(downstream_id__in=ids).values_list("downstream_id", flat=True)
-    )
+    later = workflows.after_others(ids)
     try:
         with transaction.atomic():
-            back = _put_back_in_line([job_id for job_id in ids if job_id not in waits])
+            back = _put_back_in_line([job_id for job_id in ids if job_id not in later])
             workflows.rearm(back)
-            for job_id in sorted(waits):
+            for job_id in sorted(later):
                 one = _put_back_in_line([job_id])
                 workflows.rearm(one)
                 back += one

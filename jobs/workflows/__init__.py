@@ -12,7 +12,7 @@ when they succeed, or, for a node added with `on_upstream_failure="run"`, when t
     reading.py  upstream values for a running node, summaries, the graph
 """
 
-from .actions import cancel, rearm, retry_failed
+from .actions import after_others, cancel, rearm, retry_failed
 from .enqueue import ON_FINISH, ON_SUCCESS, ON_UPSTREAM_FAILURE, Batch, Node, Workflow
 from .reading import FINISHED, Graph, Summary, graph, state_of, summaries, upstream_values
 
@@ -26,6 +26,7 @@ __all__ = [
     "Node",
     "Summary",
     "Workflow",
+    "after_others",
     "cancel",
     "graph",
     "rearm",

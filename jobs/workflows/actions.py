@@ -24,14 +24,24 @@ def _unsettled(job: Job, upstreams) -> int:
     return sum(1 for s in upstreams if s != JobState.SUCCEEDED)
 
 
-def _upstream_states(job_id) -> list[str]:
-    # Locked in id order: a finish settling this job either committed before (its state is
-    # read here) or waits, and then finds the job waiting again.
-    ids = Dependency.objects.filter(downstream_id=job_id).values_list("upstream_id", flat=True)
-    rows = Job.objects.filter(id__in=list(ids)).order_by("id")
+def _upstream_states(job_ids) -> dict[uuid.UUID, list[str]]:
+    """The states of the upstream jobs of each of `job_ids`."""
+    # Locked in id order: a finish settling one of these jobs either committed before (its
+    # state is read here) or waits, and then finds the job waiting again.
+    pairs = list(
+        Dependency.objects.filter(downstream_id__in=list(job_ids)).values_list(
+            "downstream_id", "upstream_id"
+        )
+    )
+    rows = Job.objects.filter(id__in={upstream for _, upstream in pairs}).order_by("id")
     if db.engine().locks_rows:
         rows = rows.select_for_update()
-    return [r.state for r in rows.only("id", "state")]
+    state = dict(rows.values_list("id", "state"))
+    states: dict[uuid.UUID, list[str]] = {}
+    for downstream, upstream in pairs:
+        if upstream in state:
+            states.setdefault(downstream, []).append(state[upstream])
+    return states
 
 
 def rearm(job_ids) -> list[uuid.UUID]:
@@ -44,8 +54,8 @@ def rearm(job_ids) -> list[uuid.UUID]:
     left alone, so a batch's `on_finish` that already ran never runs twice. Called in the
     retry's transaction. Returns the ids of the jobs after them made to wait again.
 
-    None of `job_ids` may come after another: retry such nodes one call at a time, each
-    re-arming the graph as it is then (`jobs.actions.put_back_many`).
+    None of `job_ids` may come after another (`after_others`): retry such nodes one call at a
+    time, each re-arming the graph as it is then (`jobs.actions.put_back_many`).
     """
     ids = set(job_ids)
     if not ids:
@@ -57,8 +67,7 @@ def rearm(job_ids) -> list[uuid.UUID]:
             waiting.add(downstream)
         if upstream in ids:
             leading.add(upstream)
-    for job in Job.objects.filter(id__in=waiting).only(*_REARM_FIELDS).order_by("id"):
-        _wait_again(job, Q(state=JobState.PENDING))
+    _wait_again_all(Job.objects.filter(id__in=waiting).only(*_REARM_FIELDS))
     rearmed: list[uuid.UUID] = []
     frontier = sorted(leading)
     while frontier:
@@ -78,17 +87,38 @@ def rearm(job_ids) -> list[uuid.UUID]:
 
 
 def _hold_upstream_of(job_ids: list) -> None:
-    """Lock every job that `job_ids` wait for, in id order, before any of `job_ids` changes.
+    """Lock, in id order, every job that those of `job_ids` a round may re-arm wait for,
+    before any of `job_ids` changes.
 
     A finish holds its job's row, then locks the jobs it releases: re-arming a job after it
     and then reading its upstream states the other way round deadlocked with a member of a
     batch finishing meanwhile. Held first, the upstream rows make such a finish commit before.
+    A waiting job that runs only once its upstream jobs succeed is left out: the failure being
+    retried cancelled it, so it waits again only within this transaction, where no finish can
+    release it; and a fan-in job is where the rows are many.
     """
     if not db.engine().locks_rows:
         return
-    upstream = Dependency.objects.filter(downstream_id__in=job_ids).values("upstream_id")
-    rows = Job.objects.filter(id__in=upstream).order_by("id").select_for_update()
-    list(rows.values_list("id", flat=True))
+    may_change = Job.objects.filter(id__in=job_ids).filter(
+        Q(state=JobState.PENDING, started_at__isnull=True)
+        | Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
+        | Q(state=JobState.SCHEDULED, runs_on_upstream_failure=True)
+    )
+    upstream = Dependency.objects.filter(downstream_id__in=may_change.values("id"))
+    rows = Job.objects.filter(id__in=upstream.values("upstream_id")).order_by("id")
+    list(rows.select_for_update().values_list("id", flat=True))
+
+
+def after_others(job_ids) -> set[uuid.UUID]:
+    """Those of `job_ids` that come after another of them in their graph, at any depth."""
+    ids = set(job_ids)
+    reached: set[uuid.UUID] = set()
+    frontier = ids
+    while frontier:
+        below = Dependency.objects.filter(upstream_id__in=list(frontier))
+        frontier = set(below.values_list("downstream_id", flat=True)) - reached
+        reached |= frontier
+    return ids & reached
 
 
 def _count_again(edges: Counter) -> None:
@@ -126,11 +156,29 @@ def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
     ]
 
 
+def _wait_again_all(jobs) -> None:
+    """`_wait_again` for each of `jobs`, just put back in line: their upstream states read in
+    one statement, and one update for all that wait for as many."""
+    jobs = list(jobs)
+    states = _upstream_states(j.id for j in jobs)
+    by_count: dict[int, list[uuid.UUID]] = {}
+    for job in jobs:
+        waiting = _unsettled(job, states.get(job.id, []))
+        if not waiting and job.node_name in BATCH_CALLBACKS:
+            _wait_again(job, Q(state=JobState.PENDING))  # due now, with its batch's counts
+        else:
+            by_count.setdefault(waiting, []).append(job.id)
+    for waiting, ids in by_count.items():
+        Job.objects.filter(id__in=ids, state=JobState.PENDING).update(
+            state=JobState.SCHEDULED if waiting else JobState.PENDING, waiting_for=waiting
+        )
+
+
 def _wait_again(job: Job, only: Q, **changes) -> int | None:
     """Set `job` (if it still matches `only`) waiting for the upstream jobs that have not
     settled it, or due now when none is left: a batch callback is then given its batch's
     counts of now. The number it waits for, None when it no longer matched."""
-    waiting = _unsettled(job, _upstream_states(job.id))
+    waiting = _unsettled(job, _upstream_states([job.id]).get(job.id, []))
     changed = Job.objects.filter(only, id=job.id).update(
         state=JobState.SCHEDULED if waiting else JobState.PENDING, waiting_for=waiting, **changes
     )
