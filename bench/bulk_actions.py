@@ -1,7 +1,8 @@
 """Bulk actions by filter over many jobs: retry and discard of dead letters, cancel of waiting
 jobs, each as one `jobs.bulk.apply` call (what the console's and the API's bulk actions run),
 and Retry failed nodes (`jobs.workflows.retry_failed`) of a batch whose jobs all failed and of
-a workflow fanning out from one root to n nodes that all failed, joined again by one last node.
+a workflow fanning out from one root to n nodes that all failed, joined again by one last node;
+and a single Retry of such a workflow's root, whose failure cancelled everything after it.
 
     .venv/bin/python bench/bulk_actions.py                       # SQLite and PostgreSQL
     .venv/bin/python bench/bulk_actions.py --db postgres --jobs 20000
@@ -113,44 +114,73 @@ def timed_retry_failed(n):
         n, n, JobState.SCHEDULED, n
     ):  # fmt: skip
         raise SystemExit(f"retry_failed: {retried} retried, {back} back, on_success {on_success}")
-    from django.db import connection
-
-    with connection.cursor() as cursor:  # reset() leaves the graph's tables alone
-        cursor.execute("DELETE FROM jobs_dependency")
-        cursor.execute("DELETE FROM jobs_workflow")
+    forget_graphs()
     return seconds
 
 
-def timed_retry_failed_fan_out(n):
-    """`jobs.workflows.retry_failed` over a workflow root -> n nodes -> last, whose n nodes
-    all failed (last was cancelled by their failure); checks that they are back in line and
-    that last waits for all of them again."""
-    from django.db import connection
+def make_fan_out(n, *, root_failed):
+    """A workflow root -> n nodes -> last, ended as a failure leaves it: with `root_failed`,
+    the root a dead letter and everything after it cancelled by its failure; else the n nodes
+    dead letters and last cancelled by theirs. Returns (workflow id, root, nodes, last)."""
     from django.utils import timezone
 
     from jobs.db.sql import UPSTREAM_FAILED
     from jobs.models import Job
     from jobs.states import JobState
-    from jobs.workflows import Workflow, retry_failed
+    from jobs.workflows import Workflow
     from jobsite.tasks import noop
 
     reset()
     wf = Workflow("bench")
-    root = wf.add(noop, "root")
-    nodes = [wf.add(noop, f"node {i}", after=[root]) for i in range(n)]
-    last = wf.add(noop, "last", after=nodes)
+    root = wf.add(noop, name="root")
+    nodes = [wf.add(noop, name=f"node {i}", after=[root]) for i in range(n)]
+    last = wf.add(noop, name="last", after=nodes)
     workflow_id = wf.enqueue()
     now = timezone.now()
-    Job.objects.filter(id=root.job_id).update(
-        state=JobState.SUCCEEDED, finished_at=now, attempt=1, waiting_for=0
-    )
-    Job.objects.filter(id__in=[node.job_id for node in nodes]).update(
-        state=JobState.DEAD_LETTER, attempt=3, max_attempts=3, finished_at=now, waiting_for=0,
-        error_type="ValueError", error_message="no such account",
-    )  # fmt: skip
-    Job.objects.filter(id=last.job_id).update(
-        state=JobState.CANCELLED, finished_at=now, error_type=UPSTREAM_FAILED, waiting_for=0
-    )
+    dead = {
+        "state": JobState.DEAD_LETTER,
+        "attempt": 3,
+        "max_attempts": 3,
+        "finished_at": now,
+        "waiting_for": 0,
+        "error_type": "ValueError",
+        "error_message": "no such account",
+    }
+    cancelled = {
+        "state": JobState.CANCELLED,
+        "finished_at": now,
+        "waiting_for": 0,
+        "error_type": UPSTREAM_FAILED,
+    }
+    node_ids = [node.job_id for node in nodes]
+    if root_failed:
+        Job.objects.filter(id=root.job_id).update(**dead)
+        Job.objects.filter(id__in=[*node_ids, last.job_id]).update(**cancelled)
+    else:
+        Job.objects.filter(id=root.job_id).update(
+            state=JobState.SUCCEEDED, finished_at=now, attempt=1, waiting_for=0
+        )
+        Job.objects.filter(id__in=node_ids).update(**dead)
+        Job.objects.filter(id=last.job_id).update(**cancelled)
+    return workflow_id, root, nodes, last
+
+
+def forget_graphs():
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # reset() leaves the graph's tables alone
+        cursor.execute("DELETE FROM jobs_dependency")
+        cursor.execute("DELETE FROM jobs_workflow")
+
+
+def timed_retry_failed_fan_out(n):
+    """`jobs.workflows.retry_failed` over a fan-out whose n nodes all failed; checks that they
+    are back in line and that last waits for all of them again."""
+    from jobs.models import Job
+    from jobs.states import JobState
+    from jobs.workflows import retry_failed
+
+    workflow_id, _, nodes, last = make_fan_out(n, root_failed=False)
     start = time.perf_counter()
     retried = retry_failed(workflow_id)
     seconds = time.perf_counter() - start
@@ -160,9 +190,30 @@ def timed_retry_failed_fan_out(n):
         n, n, JobState.SCHEDULED, n
     ):  # fmt: skip
         raise SystemExit(f"retry_failed: {retried} retried, {back.count()} back, last {after}")
-    with connection.cursor() as cursor:  # reset() leaves the graph's tables alone
-        cursor.execute("DELETE FROM jobs_dependency")
-        cursor.execute("DELETE FROM jobs_workflow")
+    forget_graphs()
+    return seconds
+
+
+def timed_retry_root(n):
+    """A single Retry (`jobs.actions.retry`) of a fan-out's failed root, whose failure
+    cancelled the n nodes and last; checks that all of them wait again."""
+    from jobs.actions import retry
+    from jobs.models import Job
+    from jobs.states import JobState
+
+    _, root, nodes, last = make_fan_out(n, root_failed=True)
+    start = time.perf_counter()
+    retried = retry(root.job_id)
+    seconds = time.perf_counter() - start
+    waiting = Job.objects.filter(
+        id__in=[node.job_id for node in nodes], state=JobState.SCHEDULED, waiting_for=1
+    )
+    after = Job.objects.get(id=last.job_id)
+    if (retried, waiting.count(), after.state, after.waiting_for) != (
+        True, n, JobState.SCHEDULED, n
+    ):  # fmt: skip
+        raise SystemExit(f"retry: {retried}, {waiting.count()} waiting again, last {after}")
+    forget_graphs()
     return seconds
 
 
@@ -187,7 +238,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument(
         "--actions",
-        default="retry,discard,cancel,retry_failed,retry_failed_fan_out",
+        default="retry,discard,cancel,retry_failed,retry_failed_fan_out,retry_root",
         help="comma-separated, in this order",
     )
     args = parser.parse_args()
@@ -224,6 +275,10 @@ def main():
         if action == "retry_failed_fan_out":
             seconds = timed_retry_failed_fan_out(n)
             log(f"{args.db}: retry_failed of a fan-out of {n:,} nodes: {seconds:.2f} s")
+            continue
+        if action == "retry_root":
+            seconds = timed_retry_root(n)
+            log(f"{args.db}: retry of a failed root before {n:,} nodes: {seconds:.2f} s")
             continue
         state, expect = cases[action]
         seconds = timed(action, n, state, expect)

@@ -67,7 +67,9 @@ def rearm(job_ids) -> list[uuid.UUID]:
             waiting.add(downstream)
         if upstream in ids:
             leading.add(upstream)
-    _wait_again_all(Job.objects.filter(id__in=waiting).only(*_REARM_FIELDS))
+    _wait_again_all(
+        Job.objects.filter(id__in=waiting).only(*_REARM_FIELDS), Q(state=JobState.PENDING)
+    )
     rearmed: list[uuid.UUID] = []
     frontier = sorted(leading)
     while frontier:
@@ -136,8 +138,9 @@ def _hold_released(edges: Counter) -> list[uuid.UUID]:
     """Jobs the frontier's ending released, not started yet, wait for it again."""
     not_started = Q(state=JobState.PENDING, started_at__isnull=True)
     released = Job.objects.filter(not_started, id__in=list(edges)).only(*_REARM_FIELDS)
-    # 0 or None: it stays due (nothing else unsettled), or a worker took it meanwhile.
-    return [j.id for j in released.order_by("id") if _wait_again(j, not_started)]
+    # 0: it stays due (nothing else unsettled); left out: a worker took it meanwhile.
+    waits = _wait_again_all(released, not_started)
+    return sorted(job_id for job_id, waiting in waits.items() if waiting)
 
 
 def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
@@ -151,27 +154,42 @@ def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
         "error_message": "",
         "cancel_requested_at": None,
     }
-    return [
-        c.id for c in candidates.order_by("id") if _wait_again(c, cancelled, **again) is not None
-    ]
+    return sorted(_wait_again_all(candidates, cancelled, **again))
 
 
-def _wait_again_all(jobs) -> None:
-    """`_wait_again` for each of `jobs`, just put back in line: their upstream states read in
-    one statement, and one update for all that wait for as many."""
+def _wait_again_all(jobs, only: Q, **changes) -> dict[uuid.UUID, int]:
+    """`_wait_again` for each of `jobs` that still matches `only`: their upstream states read
+    in one statement, and one update for all that wait for as many. The number each job it
+    changed waits for."""
     jobs = list(jobs)
+    if not jobs:
+        return {}
+    # Upstream rows first, then these jobs, each in id order, as a finish locks them.
     states = _upstream_states(j.id for j in jobs)
+    still = Job.objects.filter(only, id__in=[j.id for j in jobs]).order_by("id")
+    if db.engine().locks_rows:
+        still = still.select_for_update()
+    held = set(still.values_list("id", flat=True))
+    waits: dict[uuid.UUID, int] = {}
     by_count: dict[int, list[uuid.UUID]] = {}
     for job in jobs:
+        if job.id not in held:
+            continue  # changed meanwhile (a worker took it)
         waiting = _unsettled(job, states.get(job.id, []))
         if not waiting and job.node_name in BATCH_CALLBACKS:
-            _wait_again(job, Q(state=JobState.PENDING))  # due now, with its batch's counts
-        else:
-            by_count.setdefault(waiting, []).append(job.id)
+            # Due now, with its batch's counts of now.
+            if _wait_again(job, only, **changes) is not None:
+                waits[job.id] = 0
+            continue
+        by_count.setdefault(waiting, []).append(job.id)
+        waits[job.id] = waiting
     for waiting, ids in by_count.items():
-        Job.objects.filter(id__in=ids, state=JobState.PENDING).update(
-            state=JobState.SCHEDULED if waiting else JobState.PENDING, waiting_for=waiting
+        Job.objects.filter(only, id__in=ids).update(
+            state=JobState.SCHEDULED if waiting else JobState.PENDING,
+            waiting_for=waiting,
+            **changes,
         )
+    return waits
 
 
 def _wait_again(job: Job, only: Q, **changes) -> int | None:
