@@ -19,6 +19,7 @@ from . import db, moments, payload, workflows
 from .backend import limit_key_for
 from .errors import JobCancelled
 from .models import AuditEntry, Job
+from .reconnect import again_after_deadlock
 from .retry import MAX_ATTEMPTS
 from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
 from .tasks import load_task
@@ -85,6 +86,7 @@ def _answer(job_id, action, changed, *, done, refused_in, refusal, audit) -> Act
     return ActionResult(bool(changed), message, job=Job.objects.get(id=job_id))
 
 
+@again_after_deadlock
 def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     job_id = _job_id(job_or_id)
     if job_id is None:
@@ -118,6 +120,7 @@ def retry_many(job_ids) -> int:
     return len(put_back_many(job_ids))
 
 
+@again_after_deadlock
 def put_back_many(job_ids) -> list[uuid.UUID]:
     """Retry each of `job_ids` as `retry_job` does, in one transaction; the ids put back in
     line. Nothing is audited.
@@ -337,6 +340,7 @@ def _earlier_rerun(request_key):
     return ActionResult(False, "already rerun", job=entry.job, new_job=new_job)
 
 
+@again_after_deadlock
 def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     job_id = _job_id(job_or_id)
     if job_id is None:
@@ -360,6 +364,7 @@ def cancel_job(job_or_id, *, user=None, source="python", record=True) -> ActionR
     return ActionResult(bool(cancelled or asked), message, job=Job.objects.get(id=job_id))
 
 
+@again_after_deadlock
 def cancel_many(job_ids) -> int:
     """Cancel each of `job_ids` as `cancel_job` does, in one transaction; the number cancelled
     or asked to stop. Nothing is audited per job (a bulk action writes its own entry)."""

@@ -1,5 +1,9 @@
 """Database errors a worker rides out: which ones pass (a cut connection, a lock), and
-starting over with a fresh connection."""
+starting over with a fresh connection; and an operator action made again when PostgreSQL chose
+its transaction as a deadlock's victim."""
+
+import functools
+import logging
 
 from django.db import (
     DatabaseError,
@@ -12,6 +16,44 @@ from django.db import (
 )
 
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+
+# SQLSTATE of "deadlock detected": PostgreSQL rolled the transaction back to break a cycle.
+DEADLOCK = "40P01"
+DEADLOCK_TRIES = 3
+
+logger = logging.getLogger(__name__)
+
+
+def is_deadlock(error: BaseException) -> bool:
+    return getattr(error.__cause__, "sqlstate", None) == DEADLOCK
+
+
+def again_after_deadlock(action):
+    """`action`, made again (up to DEADLOCK_TRIES times in all) when PostgreSQL rolled its
+    transaction back as a deadlock's victim.
+
+    An action over many jobs locks them in id order, but a worker's finish locks the rows of
+    its batch of outcomes in the order of the table's pages, and then the jobs after them: a
+    cycle now and then cannot be ruled out, and PostgreSQL breaks it by rolling one side back.
+    The worker writes its outcomes again; the action, rolled back whole, is made again the same
+    way. Only an action that runs its own outermost transaction is made again: inside a
+    caller's, the caller's transaction is the one rolled back, and the error is the caller's.
+    """
+
+    @functools.wraps(action)
+    def made(*args, **kwargs):
+        tries = 1
+        while True:
+            outermost = not connection.in_atomic_block
+            try:
+                return action(*args, **kwargs)
+            except OperationalError as e:
+                if not (outermost and is_deadlock(e)) or tries >= DEADLOCK_TRIES:
+                    raise
+                logger.info("%s: deadlock detected; made again", action.__name__)
+                tries += 1
+
+    return made
 
 
 def is_transient(error) -> bool:

@@ -500,6 +500,38 @@ def test_a_node_retried_with_the_failed_node_before_it_waits_for_it():
     assert waits(child.job_id) == (JobState.PENDING, 0)
 
 
+def retry_failed_while(batch_id, finish) -> list:
+    """Retry failed nodes of `batch_id` (one is put back) while `finish(holding)` stands in
+    for a worker's finish on a connection of its own, in a thread that sets `holding` once it
+    holds its first row; the errors that thread met."""
+    holding, errors = threading.Event(), []
+
+    def in_thread():
+        try:
+            with transaction.atomic():
+                finish(holding)
+        except Exception as exc:  # surfaced to the test, which asserts on it
+            errors.append(exc)
+        finally:
+            holding.set()
+            connection.close()
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    holding.wait()
+    try:
+        assert workflows.retry_failed(batch_id) == 1
+    finally:
+        worker.join()
+    return errors
+
+
+def finished(job):
+    Job.objects.filter(id=job.id).update(
+        state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
+    )
+
+
 @pytest.mark.django_db(transaction=True)
 def test_retry_failed_waits_for_a_member_finishing_meanwhile_and_never_deadlocks():
     if connection.vendor == "sqlite":
@@ -507,36 +539,71 @@ def test_retry_failed_waits_for_a_member_finishing_meanwhile_and_never_deadlocks
     batch_id, a, b, callback = batch_of_two()
     run(a, JobState.DEAD_LETTER)
     running = claim(b)
-    finishing, errors = threading.Event(), []
 
-    def finish_as_a_worker_does():
+    def finish(holding):
         # A finish holds its job's row, then locks the jobs it releases in id order.
-        try:
-            with transaction.atomic():
-                Job.objects.filter(id=running.id).update(
-                    state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
-                )
-                finishing.set()
-                time.sleep(0.5)
-                released = Job.objects.filter(id__in=callback.values(), state=JobState.SCHEDULED)
-                for job in released.order_by("id").select_for_update():
-                    Job.objects.filter(id=job.id).update(waiting_for=F("waiting_for") - 1)
-        except Exception as exc:  # surfaced to the test, which asserts on it
-            errors.append(exc)
-        finally:
-            connection.close()
+        finished(running)
+        holding.set()
+        time.sleep(0.5)
+        released = Job.objects.filter(id__in=callback.values(), state=JobState.SCHEDULED)
+        for job in released.order_by("id").select_for_update():
+            Job.objects.filter(id=job.id).update(waiting_for=F("waiting_for") - 1)
 
-    worker = threading.Thread(target=finish_as_a_worker_does)
-    worker.start()
-    finishing.wait()
-    try:
-        assert workflows.retry_failed(batch_id) == 1
-    finally:
-        worker.join()
+    errors = retry_failed_while(batch_id, finish)
     assert errors == []  # "deadlock detected" in either transaction is the bug under test
     # The retry saw the member's finish: the callbacks wait for the retried member alone.
     assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
     assert waits(callback["on_success"]) == (JobState.SCHEDULED, 1)
+
+
+def deadlocks_so_far():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_failed_chosen_as_a_deadlocks_victim_is_made_again_and_succeeds():
+    """A finish locks its batch of outcomes in the order of the table's pages: two running
+    members finishing together can lock in the other order than a retry, which locks them in
+    id order. PostgreSQL rolls one side back; a retry it rolls back is made again."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite serialises writers; the race needs concurrent connections")
+    batch = Batch("three", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
+    failed, *finishing_ones = [batch.add(tasks.node, name) for name in ("a", "b", "c")]
+    batch_id = batch.enqueue()
+    callback = {
+        j.node_name.removeprefix("batch."): j.id
+        for j in Job.objects.filter(workflow_id=batch_id, node_name__startswith="batch.")
+    }
+    run(failed, JobState.DEAD_LETTER)
+    first, second = sorted((claim(node) for node in finishing_ones), key=lambda j: j.id)
+
+    def finish(holding):
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL deadlock_timeout = '20s'")  # the other side sees it first
+        for job in (second, first):  # not in id order, as a page order may be
+            finished(job)
+            holding.set()
+            time.sleep(0.2)
+        # Then the callback they settle, as a finish counts it down.
+        Job.objects.filter(id=callback["on_finish"]).update(waiting_for=F("waiting_for") - 2)
+
+    before = deadlocks_so_far()
+    with connection.cursor() as cursor:
+        # Checked once the cycle has formed: the retry waits for the second member from the
+        # start, the finish for the first 0.2 s later.
+        cursor.execute("SET deadlock_timeout = '600ms'")
+    try:
+        errors = retry_failed_while(batch_id, finish)
+    finally:
+        connection.close()
+    assert errors == []
+    assert deadlocks_so_far() == before + 1  # the cycle happened, and the retry rode it out
+    assert state(failed) == JobState.PENDING
+    # Made again after the finish: the callbacks wait for the retried member alone.
+    assert waits(callback["on_success"]) == (JobState.SCHEDULED, 1)
+    assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
 
 
 def test_a_bulk_retry_of_a_node_and_the_run_anyway_node_after_it_counts_it_once():

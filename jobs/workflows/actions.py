@@ -10,6 +10,7 @@ from django.utils import timezone
 from .. import db
 from ..db.sql import BATCH_CALLBACKS, UPSTREAM_FAILED
 from ..models import AuditEntry, Dependency, Job
+from ..reconnect import again_after_deadlock
 from ..states import TERMINAL, WAITING, JobState
 from .enqueue import ON_FINISH, ON_SUCCESS
 
@@ -208,6 +209,7 @@ def _wait_again(job: Job, only: Q, **changes) -> int | None:
     return waiting
 
 
+@again_after_deadlock
 def cancel(workflow_id, *, user=None, source="python") -> int:
     """Cancel every unfinished node of a workflow (running ones are asked to stop); the number
     of nodes cancelled or asked to stop. The audit records it under the workflow's id.
