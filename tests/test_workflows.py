@@ -435,7 +435,7 @@ def test_retry_failed_puts_many_failed_members_back_at_once_and_audits_each():
 
 def test_retry_failed_of_a_fan_out_takes_as_many_statements_for_forty_nodes_as_for_four():
     """Failed nodes after the same root go back together, their graph re-armed once: 2,000 of
-    them took 11 s one by one on PostgreSQL, each re-arming the fan-in node after them."""
+    them took 10 s one by one on PostgreSQL, each re-arming the fan-in node after them."""
 
     def retried(n):
         wf = Workflow(f"fan-{n}")
