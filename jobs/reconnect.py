@@ -19,7 +19,7 @@ DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 
 # SQLSTATE of "deadlock detected": PostgreSQL rolled the transaction back to break a cycle.
 DEADLOCK = "40P01"
-DEADLOCK_TRIES = 3
+DEADLOCK_TRIES = 5
 
 logger = logging.getLogger(__name__)
 

@@ -71,13 +71,16 @@ def finish_statement(engine) -> str:
     fields = ", ".join(
         f"(e->>{i})::{kind} AS {name}" for i, (name, kind) in enumerate(FINISH_FIELDS)
     )
-    by_id = f"\n          AND {JOB}.id = ANY(ARRAY(SELECT job_id FROM v))"
+    by_id = f"\n          AND {JOB}.id = ANY(ARRAY(SELECT id FROM own))"
     # The state guard compares with a column of v, not a literal: given a literal, the
     # planner may scan every running job (all workers' prefetched ones, and their dead
     # versions) instead of looking up each outcome's row by its primary key. The rows are
     # also picked by id from an array: joined to v alone (a function's rows, a hundred to the
     # planner), a table of tens of thousands of jobs analyzed while small was read whole at
-    # every finish (14 ms for one outcome among 30,000 jobs).
+    # every finish (14 ms for one outcome among 30,000 jobs). They are locked in id order
+    # first (own), as every action that locks several jobs locks them: updated in the order
+    # of the table's pages, a finish of several outcomes met a retry or a bulk cancel of the
+    # same jobs in a lock cycle, which PostgreSQL broke by rolling one of them back.
     return f"""
 WITH v AS (
     SELECT r.*, r.return_json::jsonb AS return_value,
@@ -85,6 +88,9 @@ WITH v AS (
            timestamptz 'epoch' + r.finished_us * interval '1 microsecond' AS finished_at,
            {sql_state(JobState.RUNNING)}::text AS running
     FROM (SELECT {fields} FROM jsonb_array_elements(%s::jsonb) AS e) AS r
+),
+own AS (
+    SELECT id FROM {JOB} WHERE id = ANY(ARRAY(SELECT job_id FROM v)) ORDER BY id FOR UPDATE
 ),
 upd AS (
     UPDATE {JOB} SET {engine.set_outcome_sql(running="v.running", pick=by_id)}
