@@ -482,6 +482,27 @@ def test_a_retried_root_re_arms_forty_cancelled_nodes_in_as_many_statements_as_f
     assert retried(40) == retried(4)
 
 
+def test_a_node_after_two_failed_nodes_stays_cancelled_until_both_are_retried():
+    wf = Workflow("w")
+    a = wf.add(tasks.node, "a")
+    b = wf.add(tasks.node, "b")
+    c = wf.add(tasks.join, "c", after=[a, b])
+    d = wf.add(tasks.node, "d", after=[c])
+    wf.enqueue()
+    run(a, JobState.DEAD_LETTER)
+    run(b, JobState.DEAD_LETTER)
+    assert actions.retry(a.job_id)
+    # b's failure still cancels c: waiting for b would wait for good.
+    assert (state(c), state(d)) == (JobState.CANCELLED, JobState.CANCELLED)
+    run(a)
+    assert actions.retry(b.job_id)
+    assert waits(c.job_id) == (JobState.SCHEDULED, 1)
+    assert waits(d.job_id) == (JobState.SCHEDULED, 1)
+    run(b)
+    run(c)
+    assert waits(d.job_id) == (JobState.PENDING, 0)
+
+
 def test_a_node_retried_with_the_failed_node_before_it_waits_for_it():
     wf = Workflow("w")
     top = wf.add(tasks.node, "top")

@@ -25,6 +25,14 @@ def _unsettled(job: Job, upstreams) -> int:
     return sum(1 for s in upstreams if s != JobState.SUCCEEDED)
 
 
+def _cannot_run(job: Job, upstreams) -> bool:
+    """Has one of `upstreams` (their states) ended unsuccessfully, so that `job`, which runs
+    only after they all succeed, is cancelled by it?"""
+    return not job.runs_on_upstream_failure and any(
+        s in TERMINAL and s != JobState.SUCCEEDED for s in upstreams
+    )
+
+
 def _upstream_states(job_ids) -> dict[uuid.UUID, list[str]]:
     """The states of the upstream jobs of each of `job_ids`."""
     # Locked in id order: a finish settling one of these jobs either committed before (its
@@ -155,13 +163,15 @@ def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
         "error_message": "",
         "cancel_requested_at": None,
     }
-    return sorted(_wait_again_all(candidates, cancelled, **again))
+    # One whose other upstream job has failed too stays cancelled by that one, until it is
+    # retried as well.
+    return sorted(_wait_again_all(candidates, cancelled, unless_failed=True, **again))
 
 
-def _wait_again_all(jobs, only: Q, **changes) -> dict[uuid.UUID, int]:
-    """`_wait_again` for each of `jobs` that still matches `only`: their upstream states read
-    in one statement, and one update for all that wait for as many. The number each job it
-    changed waits for."""
+def _wait_again_all(jobs, only: Q, *, unless_failed=False, **changes) -> dict[uuid.UUID, int]:
+    """`_wait_again` for each of `jobs` that still matches `only` (`unless_failed`: and that
+    no upstream job's failure cancels): their upstream states read in one statement, and one
+    update for all that wait for as many. The number each job it changed waits for."""
     jobs = list(jobs)
     if not jobs:
         return {}
@@ -176,6 +186,8 @@ def _wait_again_all(jobs, only: Q, **changes) -> dict[uuid.UUID, int]:
     for job in jobs:
         if job.id not in held:
             continue  # changed meanwhile (a worker took it)
+        if unless_failed and _cannot_run(job, states.get(job.id, [])):
+            continue
         waiting = _unsettled(job, states.get(job.id, []))
         if not waiting and job.node_name in BATCH_CALLBACKS:
             # Due now, with its batch's counts of now.
