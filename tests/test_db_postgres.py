@@ -2,17 +2,22 @@
 
 import json
 import re
+import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs import db
 from jobs.db.postgres_finish import FINISH_FIELDS, finish_document
 from jobs.db.records import Finish
+from jobs.models import Job
+from jobs.states import AttemptOutcome, JobState
 from jobsite.tasks import noop
+from tests.factories import make_job
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the PostgreSQL engine's own statements"
@@ -260,3 +265,50 @@ def test_deleting_many_jobs_reads_each_deleted_row_once_whatever_the_first_delet
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM jobs_searchtext")
         assert cursor.fetchone()[0] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finish_of_several_jobs_locks_them_in_id_order_and_never_deadlocks_with_an_action():
+    """Actions that lock several jobs lock them in id order; a finish's update alone took them
+    in the order of the table's pages. The later job in id order comes first in the table."""
+    later = make_job(JobState.RUNNING, id=uuid.UUID(int=2**128 - 1))
+    earlier = make_job(JobState.RUNNING, id=uuid.UUID(int=1))
+    holding, errors = threading.Event(), []
+
+    def lock_as_an_action_does():
+        try:
+            with transaction.atomic():
+                for job in (earlier, later):
+                    list(Job.objects.filter(id=job.id).select_for_update())
+                    holding.set()
+                    time.sleep(0.5)
+        except Exception as exc:  # surfaced to the test, which asserts on it
+            errors.append(exc)
+        finally:
+            holding.set()
+            connection.close()
+
+    action = threading.Thread(target=lock_as_an_action_does)
+    action.start()
+    holding.wait()
+    now = timezone.now()
+    try:
+        applied = db.finish(
+            [
+                Finish(
+                    job_id=job.id,
+                    lease_id=job.lease_id,
+                    state=JobState.SUCCEEDED,
+                    outcome=AttemptOutcome.SUCCEEDED,
+                    worker_id="w-test",
+                    started_at=now,
+                    finished_at=now,
+                )
+                for job in (later, earlier)
+            ]
+        )
+    finally:
+        action.join()
+    assert errors == []  # "deadlock detected" on either side is the bug under test
+    assert len(applied) == 2
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.SUCCEEDED}
