@@ -16,6 +16,12 @@ from .enqueue import ON_FINISH, ON_SUCCESS
 
 # What re-arming a job reads of it.
 _REARM_FIELDS = ("id", "runs_on_upstream_failure", "node_name", "workflow_id")
+# The jobs after a retried one that a round of re-arming changes: a waiting run-anyway job
+# counts it unsettled again, a released one not started yet waits again, and one its failure
+# cancelled waits again.
+_COUNTING = Q(state=JobState.SCHEDULED, runs_on_upstream_failure=True)
+_RELEASED = Q(state=JobState.PENDING, started_at__isnull=True)
+_CANCELLED_BY_FAILURE = Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
 
 
 def _unsettled(job: Job, upstreams) -> int:
@@ -110,11 +116,7 @@ def _hold_upstream_of(job_ids: list) -> None:
     """
     if not db.engine().locks_rows:
         return
-    may_change = Job.objects.filter(id__in=job_ids).filter(
-        Q(state=JobState.PENDING, started_at__isnull=True)
-        | Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
-        | Q(state=JobState.SCHEDULED, runs_on_upstream_failure=True)
-    )
+    may_change = Job.objects.filter(_RELEASED | _CANCELLED_BY_FAILURE | _COUNTING, id__in=job_ids)
     upstream = Dependency.objects.filter(downstream_id__in=may_change.values("id"))
     rows = Job.objects.filter(id__in=upstream.values("upstream_id")).order_by("id")
     list(rows.select_for_update().values_list("id", flat=True))
@@ -138,24 +140,20 @@ def _count_again(edges: Counter) -> None:
     for downstream, n in edges.items():
         by_count.setdefault(n, []).append(downstream)
     for n, ids in by_count.items():
-        Job.objects.filter(
-            id__in=ids, state=JobState.SCHEDULED, runs_on_upstream_failure=True
-        ).update(waiting_for=F("waiting_for") + n)
+        Job.objects.filter(_COUNTING, id__in=ids).update(waiting_for=F("waiting_for") + n)
 
 
 def _hold_released(edges: Counter) -> list[uuid.UUID]:
     """Jobs the frontier's ending released, not started yet, wait for it again."""
-    not_started = Q(state=JobState.PENDING, started_at__isnull=True)
-    released = Job.objects.filter(not_started, id__in=list(edges)).only(*_REARM_FIELDS)
+    released = Job.objects.filter(_RELEASED, id__in=list(edges)).only(*_REARM_FIELDS)
     # 0: it stays due (nothing else unsettled); left out: a worker took it meanwhile.
-    waits = _wait_again_all(released, not_started)
+    waits = _wait_again_all(released, _RELEASED)
     return sorted(job_id for job_id, waiting in waits.items() if waiting)
 
 
 def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
     """Jobs the frontier's failure cancelled wait again (or are due, if nothing is left)."""
-    cancelled = Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
-    candidates = Job.objects.filter(cancelled, id__in=list(edges)).only(*_REARM_FIELDS)
+    candidates = Job.objects.filter(_CANCELLED_BY_FAILURE, id__in=list(edges)).only(*_REARM_FIELDS)
     again = {
         "finished_at": None,
         "run_after": timezone.now(),
@@ -165,13 +163,15 @@ def _rearm_cancelled(edges: Counter) -> list[uuid.UUID]:
     }
     # One whose other upstream job has failed too stays cancelled by that one, until it is
     # retried as well.
-    return sorted(_wait_again_all(candidates, cancelled, unless_failed=True, **again))
+    return sorted(_wait_again_all(candidates, _CANCELLED_BY_FAILURE, unless_failed=True, **again))
 
 
 def _wait_again_all(jobs, only: Q, *, unless_failed=False, **changes) -> dict[uuid.UUID, int]:
-    """`_wait_again` for each of `jobs` that still matches `only` (`unless_failed`: and that
-    no upstream job's failure cancels): their upstream states read in one statement, and one
-    update for all that wait for as many. The number each job it changed waits for."""
+    """Set each of `jobs` that still matches `only` (`unless_failed`: and that no upstream
+    job's failure cancels) waiting for the upstream jobs that have not settled it, or due now
+    when none is left: a batch callback is then given its batch's counts of now. Their
+    upstream states are read in one statement, and one update sets all that wait for as many.
+    The number each job it changed waits for."""
     jobs = list(jobs)
     if not jobs:
         return {}
@@ -180,45 +180,27 @@ def _wait_again_all(jobs, only: Q, *, unless_failed=False, **changes) -> dict[uu
     still = Job.objects.filter(only, id__in=[j.id for j in jobs]).order_by("id")
     if db.engine().locks_rows:
         still = still.select_for_update()
-    held = set(still.values_list("id", flat=True))
+    held = set(still.values_list("id", flat=True))  # none changes before the update below
     waits: dict[uuid.UUID, int] = {}
     by_count: dict[int, list[uuid.UUID]] = {}
     for job in jobs:
-        if job.id not in held:
-            continue  # changed meanwhile (a worker took it)
-        if unless_failed and _cannot_run(job, states.get(job.id, [])):
-            continue
-        waiting = _unsettled(job, states.get(job.id, []))
-        if not waiting and job.node_name in BATCH_CALLBACKS:
-            # Due now, with its batch's counts of now.
-            if _wait_again(job, only, **changes) is not None:
-                waits[job.id] = 0
-            continue
-        by_count.setdefault(waiting, []).append(job.id)
-        waits[job.id] = waiting
+        upstreams = states.get(job.id, [])
+        if job.id not in held or (unless_failed and _cannot_run(job, upstreams)):
+            continue  # a worker took it meanwhile, or another failure still cancels it
+        waits[job.id] = _unsettled(job, upstreams)
+        by_count.setdefault(waits[job.id], []).append(job.id)
     for waiting, ids in by_count.items():
         Job.objects.filter(only, id__in=ids).update(
             state=JobState.SCHEDULED if waiting else JobState.PENDING,
             waiting_for=waiting,
             **changes,
         )
-    return waits
-
-
-def _wait_again(job: Job, only: Q, **changes) -> int | None:
-    """Set `job` (if it still matches `only`) waiting for the upstream jobs that have not
-    settled it, or due now when none is left: a batch callback is then given its batch's
-    counts of now. The number it waits for, None when it no longer matched."""
-    waiting = _unsettled(job, _upstream_states([job.id]).get(job.id, []))
-    changed = Job.objects.filter(only, id=job.id).update(
-        state=JobState.SCHEDULED if waiting else JobState.PENDING, waiting_for=waiting, **changes
-    )
-    if not changed:
-        return None
-    if not waiting and job.node_name in BATCH_CALLBACKS:
+    due_callbacks = [j for j in jobs if waits.get(j.id) == 0 and j.node_name in BATCH_CALLBACKS]
+    if due_callbacks:
         with connection.cursor() as cursor:
-            db.engine().give_batch_counts(cursor, job.id, job.workflow_id)
-    return waiting
+            for job in due_callbacks:
+                db.engine().give_batch_counts(cursor, job.id, job.workflow_id)
+    return waits
 
 
 @again_after_deadlock
