@@ -1,8 +1,9 @@
 """Calls run at the same instant, each on its own thread and database connection (race tests)."""
 
 import threading
+from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
 
 
 def at_once(calls):
@@ -25,3 +26,30 @@ def at_once(calls):
     for thread in threads:
         thread.join()
     return results, errors
+
+
+@contextmanager
+def holding_meanwhile(hold):
+    """Run `hold(holding)` in a transaction on a thread and connection of its own, standing in
+    for another process that holds rows (a worker's finish, an action); the with block runs
+    once `hold` has set the event `holding` (or failed), and ends once the thread has. Yields
+    the list of what the thread raised, complete when the block ends."""
+    holding, errors = threading.Event(), []
+
+    def run():
+        try:
+            with transaction.atomic():
+                hold(holding)
+        except Exception as exc:  # surfaced to the test, which asserts on it
+            errors.append(exc)
+        finally:
+            holding.set()
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    holding.wait()
+    try:
+        yield errors
+    finally:
+        thread.join()

@@ -1,4 +1,3 @@
-import threading
 import time
 from functools import partial
 
@@ -11,7 +10,7 @@ from django.utils import timezone
 from jobs import actions, bulk
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import JobState
-from tests.concurrency import at_once
+from tests.concurrency import at_once, holding_meanwhile
 from tests.factories import add_attempts, make_job
 
 ACTIONS = ("retry", "discard", "cancel")
@@ -240,30 +239,18 @@ def test_bulk_cancel_waits_for_a_finish_releasing_the_job_after_it_and_never_dea
         pytest.skip("SQLite serialises writers; the race needs concurrent connections")
     first = make_job(JobState.RUNNING)
     after = make_job(JobState.SCHEDULED, parent=first)
-    finishing, errors = threading.Event(), []
 
-    def finish_as_a_worker_does():
+    def finish_as_a_worker_does(holding):
         # A finish holds its job's row, then locks the jobs it releases.
-        try:
-            with transaction.atomic():
-                Job.objects.filter(id=first.id).update(
-                    state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
-                )
-                finishing.set()
-                time.sleep(0.5)
-                list(Job.objects.select_for_update().filter(id=after.id))
-        except Exception as exc:  # surfaced to the test, which asserts on it
-            errors.append(exc)
-        finally:
-            connection.close()
+        Job.objects.filter(id=first.id).update(
+            state=JobState.SUCCEEDED, finished_at=timezone.now(), lease_id=None
+        )
+        holding.set()
+        time.sleep(0.5)
+        list(Job.objects.select_for_update().filter(id=after.id))
 
-    worker = threading.Thread(target=finish_as_a_worker_does)
-    worker.start()
-    finishing.wait()
-    try:
+    with holding_meanwhile(finish_as_a_worker_does) as errors:
         result = bulk.apply("cancel", Job.objects.filter(id__in=[first.id, after.id]))
-    finally:
-        worker.join()
     assert errors == []  # "deadlock detected" in either transaction is the bug under test
     assert (result.matched, result.applied) == (2, 1)
     states = dict(Job.objects.values_list("id", "state"))

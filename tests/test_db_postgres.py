@@ -2,13 +2,12 @@
 
 import json
 import re
-import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from jobs import db
@@ -17,6 +16,7 @@ from jobs.db.records import Finish
 from jobs.models import Job
 from jobs.states import AttemptOutcome, JobState
 from jobsite.tasks import noop
+from tests.concurrency import holding_meanwhile
 from tests.factories import make_job
 
 pytestmark = pytest.mark.skipif(
@@ -273,26 +273,15 @@ def test_a_finish_of_several_jobs_locks_them_in_id_order_and_never_deadlocks_wit
     in the order of the table's pages. The later job in id order comes first in the table."""
     later = make_job(JobState.RUNNING, id=uuid.UUID(int=2**128 - 1))
     earlier = make_job(JobState.RUNNING, id=uuid.UUID(int=1))
-    holding, errors = threading.Event(), []
 
-    def lock_as_an_action_does():
-        try:
-            with transaction.atomic():
-                for job in (earlier, later):
-                    list(Job.objects.filter(id=job.id).select_for_update())
-                    holding.set()
-                    time.sleep(0.5)
-        except Exception as exc:  # surfaced to the test, which asserts on it
-            errors.append(exc)
-        finally:
+    def lock_as_an_action_does(holding):
+        for job in (earlier, later):
+            list(Job.objects.filter(id=job.id).select_for_update())
             holding.set()
-            connection.close()
+            time.sleep(0.5)
 
-    action = threading.Thread(target=lock_as_an_action_does)
-    action.start()
-    holding.wait()
     now = timezone.now()
-    try:
+    with holding_meanwhile(lock_as_an_action_does) as errors:
         applied = db.finish(
             [
                 Finish(
@@ -307,8 +296,6 @@ def test_a_finish_of_several_jobs_locks_them_in_id_order_and_never_deadlocks_wit
                 for job in (later, earlier)
             ]
         )
-    finally:
-        action.join()
     assert errors == []  # "deadlock detected" on either side is the bug under test
     assert len(applied) == 2
     assert set(Job.objects.values_list("state", flat=True)) == {JobState.SUCCEEDED}

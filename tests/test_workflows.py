@@ -1,12 +1,11 @@
 """jobs.workflows in process: the checks at enqueue, what is stored, cancel, retry and re-arm."""
 
-import threading
 import time
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -20,6 +19,7 @@ from jobs.models import Workflow as WorkflowRecord
 from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 from jobs.workflows import Batch, Workflow
 from tests import tasks
+from tests.concurrency import holding_meanwhile
 
 pytestmark = pytest.mark.django_db
 
@@ -521,29 +521,18 @@ def test_a_node_retried_with_the_failed_node_before_it_waits_for_it():
     assert waits(child.job_id) == (JobState.PENDING, 0)
 
 
+def deadlocks_so_far():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
 def retry_failed_while(batch_id, finish) -> list:
     """Retry failed nodes of `batch_id` (one is put back) while `finish(holding)` stands in
-    for a worker's finish on a connection of its own, in a thread that sets `holding` once it
-    holds its first row; the errors that thread met."""
-    holding, errors = threading.Event(), []
-
-    def in_thread():
-        try:
-            with transaction.atomic():
-                finish(holding)
-        except Exception as exc:  # surfaced to the test, which asserts on it
-            errors.append(exc)
-        finally:
-            holding.set()
-            connection.close()
-
-    worker = threading.Thread(target=in_thread)
-    worker.start()
-    holding.wait()
-    try:
+    for a worker's finish on a connection of its own (`holding_meanwhile`); the errors that
+    thread met."""
+    with holding_meanwhile(finish) as errors:
         assert workflows.retry_failed(batch_id) == 1
-    finally:
-        worker.join()
     return errors
 
 
@@ -570,17 +559,13 @@ def test_retry_failed_waits_for_a_member_finishing_meanwhile_and_never_deadlocks
         for job in released.order_by("id").select_for_update():
             Job.objects.filter(id=job.id).update(waiting_for=F("waiting_for") - 1)
 
+    before = deadlocks_so_far()
     errors = retry_failed_while(batch_id, finish)
     assert errors == []  # "deadlock detected" in either transaction is the bug under test
+    assert deadlocks_so_far() == before  # not even one ridden out by making the retry again
     # The retry saw the member's finish: the callbacks wait for the retried member alone.
     assert waits(callback["on_finish"]) == (JobState.SCHEDULED, 1)
     assert waits(callback["on_success"]) == (JobState.SCHEDULED, 1)
-
-
-def deadlocks_so_far():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
-        return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db(transaction=True)
