@@ -32,9 +32,10 @@ def again_after_deadlock(action):
     """`action`, made again (up to DEADLOCK_TRIES times in all) when PostgreSQL rolled its
     transaction back as a deadlock's victim.
 
-    An action over many jobs locks them in id order, but a worker's finish locks the rows of
-    its batch of outcomes in the order of the table's pages, and then the jobs after them: a
-    cycle now and then cannot be ruled out, and PostgreSQL breaks it by rolling one side back.
+    Actions and a worker's finish lock the jobs of one kind in id order, but a finish holds
+    the jobs it finishes while it locks the jobs after them, and an action over a graph may
+    lock a job in the middle before the one before it: a cycle now and then cannot be ruled
+    out, and PostgreSQL breaks it by rolling one side back.
     The worker writes its outcomes again; the action, rolled back whole, is made again the same
     way. Only an action that runs its own outermost transaction is made again: inside a
     caller's, the caller's transaction is the one rolled back, and the error is the caller's.
