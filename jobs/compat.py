@@ -6,6 +6,7 @@ console import of the framework goes through this module, so the rest of the cod
 once against Django's names.
 """
 
+import logging
 import sys
 
 try:
@@ -50,17 +51,69 @@ def reaches_anyone(signal, sender, level) -> bool:
     framework's own log receiver does and its logger would write at `level`.
 
     Most projects have only the framework's receivers, logging at DEBUG or INFO to a logger set
-    to WARNING: for them the executors skip the TaskResult and the two signals per attempt, and
-    an enqueue skips its task_enqueued.
+    to WARNING, and at ERROR for a failed task to handlers that drop it (`writes`): for them
+    the executors skip the TaskResult and the two signals per attempt, and an enqueue skips its
+    task_enqueued.
     """
     sync, asynchronous = signal._live_receivers(sender)
     for receiver in (*sync, *asynchronous):
         module = getattr(receiver, "__module__", None)
         if module not in FRAMEWORK_SIGNALS or not receiver.__name__.startswith("log_"):
             return True
-        if sys.modules[module].logger.isEnabledFor(level):
+        if writes(sys.modules[module].logger, level):
             return True
     return False
+
+
+def writes(logger: logging.Logger, level: int) -> bool:
+    """Whether a record at `level` from `logger` would be written anywhere: the walk of
+    `Logger.handle` and `callHandlers`, without making the record.
+
+    A project left with Django's default logging and DEBUG off sends an ERROR record of a
+    failed task to two handlers that drop it (the console's, for DEBUG only, and the mail to
+    ADMINS, of whom there are none); making it cost a quarter of each failed attempt. Only
+    Django's own filters and mail handler are known to drop a record: any other filter or
+    handler counts as writing it.
+    """
+    if logger.disabled or not logger.isEnabledFor(level):
+        return False
+    if logger.filters:
+        return True
+    found = False
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if level >= handler.level and not _drops(handler):
+                return True
+        current = current.parent if current.propagate else None  # type: ignore[assignment]
+    if not found:
+        last = logging.lastResort
+        return last is not None and level >= last.level
+    return False
+
+
+def _drops(handler: logging.Handler) -> bool:
+    """Whether `handler` surely drops every record, by Django's settings alone (filters run in
+    order: one not known here may act on the record before a known one drops it)."""
+    from django.conf import settings
+    from django.utils.log import AdminEmailHandler, RequireDebugFalse, RequireDebugTrue
+
+    for found in handler.filters:
+        if isinstance(found, RequireDebugTrue):
+            if not settings.DEBUG:
+                return True
+        elif isinstance(found, RequireDebugFalse):
+            if settings.DEBUG:
+                return True
+        else:
+            return False
+    # AdminEmailHandler.emit returns at once in this case.
+    return (
+        type(handler) is AdminEmailHandler
+        and not settings.ADMINS
+        and handler.send_mail.__func__ is AdminEmailHandler.send_mail  # type: ignore[attr-defined]
+    )
 
 
 # The framework's signals modules: Django's, and the backport's (Django 5.2).

@@ -25,11 +25,13 @@ _tasks: dict[str, tuple] = {}
 
 
 def _task_and_signature(task_path):
-    """The task at `task_path` and its function's signature, looked up once per process."""
+    """The task at `task_path`, its function's signature and whether it is an `async def`,
+    looked up once per process."""
     found = _tasks.get(task_path)
     if found is None:
         task = load_task(task_path)
-        found = _tasks[task_path] = (task, inspect.signature(task.func))
+        found = (task, inspect.signature(task.func), inspect.iscoroutinefunction(task.func))
+        _tasks[task_path] = found
     return found
 
 
@@ -106,7 +108,7 @@ def prepare(claimed: Claimed, *, worker_id: str):
     """The Attempt of a claimed job, or the poison `Ran` of one that cannot run at all."""
     started = now()
     try:
-        task, signature = _task_and_signature(claimed.task_path)
+        task, signature, _ = _task_and_signature(claimed.task_path)
         args = _decoded(claimed.args_json)
         kwargs = _decoded(claimed.kwargs_json)
         if not isinstance(args, list) or not isinstance(kwargs, dict):
@@ -126,10 +128,9 @@ def prepare(claimed: Claimed, *, worker_id: str):
 def is_coroutine_task(task_path: str) -> bool:
     """Whether the task at `task_path` is an `async def` (False for one that cannot load)."""
     try:
-        task, _ = _task_and_signature(task_path)
+        return _task_and_signature(task_path)[2]
     except BaseException:
         return False
-    return inspect.iscoroutinefunction(task.func)
 
 
 def _task_result(claimed, task, args, kwargs, started, worker_id):
