@@ -299,3 +299,30 @@ def test_a_finish_of_several_jobs_locks_them_in_id_order_and_never_deadlocks_wit
     assert errors == []  # "deadlock detected" on either side is the bug under test
     assert len(applied) == 2
     assert set(Job.objects.values_list("state", flat=True)) == {JobState.SUCCEEDED}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lease_renewal_of_several_jobs_locks_them_in_id_order_and_never_deadlocks():
+    """The heartbeat renews its running jobs' leases in one statement; taken in the order of
+    the join, it met an action locking the same jobs in id order in a lock cycle. The later
+    job in id order comes first in the table and in the renewal's list; with other jobs in
+    the table, the planner looks each one up in the list's order."""
+    later = make_job(JobState.RUNNING, id=uuid.UUID(int=2**128 - 1))
+    earlier = make_job(JobState.RUNNING, id=uuid.UUID(int=1))
+    noop.enqueue_many([((), {})] * 500)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    before = dict(Job.objects.filter(state=JobState.RUNNING).values_list("id", "lease_expires_at"))
+
+    def lock_as_an_action_does(holding):
+        for job in (earlier, later):
+            list(Job.objects.filter(id=job.id).select_for_update())
+            holding.set()
+            time.sleep(0.5)
+
+    with holding_meanwhile(lock_as_an_action_does) as errors:
+        held = db.renew_leases([(j.id, j.lease_id) for j in (later, earlier)], 600)
+    assert errors == []  # "deadlock detected" on either side is the bug under test
+    assert held == {later.id, earlier.id}
+    after = dict(Job.objects.filter(state=JobState.RUNNING).values_list("id", "lease_expires_at"))
+    assert all(after[job_id] > before[job_id] for job_id in before)

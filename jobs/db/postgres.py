@@ -376,13 +376,19 @@ class PostgresEngine(Engine):
     # --- heartbeat, counters ------------------------------------------------------------------
 
     def extend_leases(self, leases, lease_seconds: float) -> set:
+        # The rows are locked in id order first, as every statement that locks several jobs
+        # locks them: updated in the order of the join, a renewal met a bulk cancel of the
+        # same running jobs in a lock cycle, which PostgreSQL broke by rolling one back.
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {JOB} SET lease_expires_at = {self.after('%s')} "
-                f"FROM unnest(%s::uuid[], %s::uuid[]) AS v(job_id, lease_id) "
+                f"WITH v AS (SELECT * FROM unnest(%s::uuid[], %s::uuid[]) AS v(job_id, lease_id)), "
+                f"own AS (SELECT id FROM {JOB} WHERE id = ANY(ARRAY(SELECT job_id FROM v)) "
+                f"ORDER BY id FOR UPDATE) "
+                f"UPDATE {JOB} SET lease_expires_at = {self.after('%s')} FROM v "
                 f"WHERE {JOB}.id = v.job_id AND {JOB}.lease_id = v.lease_id "
+                f"AND {JOB}.id = ANY(ARRAY(SELECT id FROM own)) "
                 f"AND {JOB}.state = {sql_state(JobState.RUNNING)} RETURNING {JOB}.id",
-                [lease_seconds, [j for j, _ in leases], [lease for _, lease in leases]],
+                [[j for j, _ in leases], [lease for _, lease in leases], lease_seconds],
             )
             return {r[0] for r in cursor.fetchall()}
 
