@@ -73,11 +73,13 @@ def writes(logger: logging.Logger, level: int) -> bool:
     failed task to two handlers that drop it (the console's, for DEBUG only, and the mail to
     ADMINS, of whom there are none); making it cost a quarter of each failed attempt. Only
     Django's own filters and mail handler are known to drop a record: any other filter or
-    handler counts as writing it.
+    handler counts as writing it, and so does every record where a library has replaced the
+    walk itself (sentry_sdk's logging integration sends records to Sentry from there).
     """
     if logger.disabled or not logger.isEnabledFor(level):
         return False
-    if logger.filters:
+    walk = type(logger)
+    if logger.filters or not (_standard(walk.handle) and _standard(walk.callHandlers)):
         return True
     found = False
     current: logging.Logger | None = logger
@@ -91,6 +93,10 @@ def writes(logger: logging.Logger, level: int) -> bool:
         last = logging.lastResort
         return last is not None and level >= last.level
     return False
+
+
+def _standard(method) -> bool:
+    return getattr(method, "__module__", None) == "logging"
 
 
 def _drops(handler: logging.Handler) -> bool:

@@ -107,3 +107,18 @@ def test_with_no_handler_anywhere_python_s_last_resort_writes_warnings_and_up(lo
     parent.setLevel(logging.DEBUG)
     child.setLevel(logging.DEBUG)
     assert not writes(child, logging.INFO)
+
+
+@override_settings(DEBUG=False, ADMINS=[])
+def test_every_record_counts_as_written_where_a_library_replaced_the_handlers_walk(
+    loggers, monkeypatch
+):
+    """sentry_sdk's logging integration wraps Logger.callHandlers and sends records from there."""
+    _, child = loggers()
+    walk = logging.Logger.callHandlers
+
+    def sentry_patched_callhandlers(self, record):
+        return walk(self, record)
+
+    monkeypatch.setattr(logging.Logger, "callHandlers", sentry_patched_callhandlers)
+    assert writes(child, logging.ERROR)
