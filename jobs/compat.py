@@ -71,10 +71,11 @@ def writes(logger: logging.Logger, level: int) -> bool:
 
     A project left with Django's default logging and DEBUG off sends an ERROR record of a
     failed task to two handlers that drop it (the console's, for DEBUG only, and the mail to
-    ADMINS, of whom there are none); making it cost a quarter of each failed attempt. Only
-    Django's own filters and mail handler are known to drop a record: any other filter or
-    handler counts as writing it, and so does every record where a library has replaced the
-    walk itself (sentry_sdk's logging integration sends records to Sentry from there).
+    ADMINS, of whom there are none): the record, the signal and the TaskResult before it took
+    a quarter of each failed attempt's time. Only Django's own filters and mail handler are
+    known to drop a record: any other filter or handler counts as writing it, and so does
+    every record where a library has replaced the walk itself (sentry_sdk's logging
+    integration sends records to Sentry from there).
     """
     if logger.disabled or not logger.isEnabledFor(level):
         return False
