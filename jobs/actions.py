@@ -92,6 +92,9 @@ def retry_job(job_or_id, *, user=None, source="python", record=True) -> ActionRe
     if job_id is None:
         return ActionResult(False, "no such job")
     with transaction.atomic():
+        refused = _refused_for_upstream(job_id, user=user, source=source, record=record)
+        if refused is not None:
+            return refused
         try:
             changed = bool(_put_back_in_line([job_id]))
         except IntegrityError:
@@ -130,19 +133,32 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
     them is re-armed once for them all. The nodes that come after another of them follow one
     by one in id order, as single presses do: each retry re-arms the graph around its node as
     the graph is then (a node and a run-anyway node after it, put back together, would count
-    the first twice). When a dedup_key was taken meanwhile, each job is retried or refused on
-    its own, as a single press is. The workers are woken once.
+    the first twice). A job that runs only after an upstream job that did not succeed, and is
+    not put back with it, is left as it is, as a single press refuses it. When a dedup_key was
+    taken meanwhile, each job is retried or refused on its own, as a single press is. The
+    workers are woken once.
     """
     ids = sorted(set(job_ids))
     later = workflows.after_others(ids)
     try:
         with transaction.atomic():
-            back = _put_back_in_line([job_id for job_id in ids if job_id not in later])
+            first = [job_id for job_id in ids if job_id not in later]
+            blocked = workflows.failed_upstream(first)
+            back = _put_back_in_line([job_id for job_id in first if job_id not in blocked])
             workflows.rearm(back)
-            for job_id in sorted(later):
-                one = _put_back_in_line([job_id])
-                workflows.rearm(one)
-                back += one
+            # A node that runs only after a failed one among them waits for that one's turn;
+            # one whose failed upstream job is not among them stays as it is.
+            waiting = sorted(later)
+            while waiting:
+                blocked = workflows.failed_upstream(waiting)
+                if len(blocked) == len(waiting):
+                    break
+                for job_id in waiting:
+                    if job_id not in blocked:
+                        one = _put_back_in_line([job_id])
+                        workflows.rearm(one)
+                        back += one
+                waiting = [job_id for job_id in waiting if job_id in blocked]
     except IntegrityError:
         return [job_id for job_id in ids if retry_job(job_id, record=False).changed]
     if back:
@@ -177,6 +193,22 @@ def _put_back_in_line(job_ids) -> list[uuid.UUID]:
             ),
         )
         return back
+
+
+def _refused_for_upstream(job_id, *, user, source, record) -> ActionResult | None:
+    """A retry refused because the job runs only after an upstream job that did not succeed:
+    put back, it would be cancelled again for that failure (CONTRACT section 13)."""
+    found = workflows.failed_upstream([job_id]).get(job_id)
+    if found is None or _state_of(job_id) not in RETRYABLE:
+        return None
+    upstream, state = found
+    ended = "a dead letter" if state == JobState.DEAD_LETTER else _words(state)
+    message = (
+        f"job runs only after job {upstream}, which is {ended}: retry that job first (the "
+        "jobs its failure cancelled wait again with it)"
+    )
+    _audit(job_id, "retry", message, user=user, source=source, record=record)
+    return ActionResult(False, message, job=Job.objects.get(id=job_id))
 
 
 def _refused_for_dedup_key(job_id, *, user, source, record) -> ActionResult | None:

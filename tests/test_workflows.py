@@ -256,18 +256,78 @@ def test_retrying_the_dead_letter_re_arms_what_its_failure_cancelled():
     assert AuditEntry.objects.filter(job_id=top.job_id, action="retry").exists()
 
 
-def test_retrying_a_node_whose_upstream_has_not_succeeded_makes_it_wait():
+def test_retrying_a_node_whose_upstream_did_not_succeed_is_refused_and_changes_nothing():
     wf, top, left, right, last = diamond()
     workflow_id = wf.enqueue()
     workflows.cancel(workflow_id)
-    assert actions.retry(last.job_id)
-    assert (state(last), Job.objects.get(id=last.job_id).waiting_for) == (JobState.SCHEDULED, 2)
-    assert workflows.retry_failed(workflow_id) == 3
+    result = actions.retry_job(last.job_id)
+    # Put back, it would be cancelled again for its upstream nodes' end (a worker's safety net
+    # does just that): the operator is told which one to retry instead.
+    assert not result.changed
+    assert str(left.job_id) in result.message or str(right.job_id) in result.message
+    assert "retry that job first" in result.message
+    assert state(last) == JobState.CANCELLED
+    assert AuditEntry.objects.filter(job_id=last.job_id, outcome=result.message).exists()
+    assert workflows.retry_failed(workflow_id) == 4
     assert (state(top), state(left)) == (JobState.PENDING, JobState.SCHEDULED)
+    assert (state(last), Job.objects.get(id=last.job_id).waiting_for) == (JobState.SCHEDULED, 2)
     run(top)
     run(left)
     run(right)
     assert state(last) == JobState.PENDING
+
+
+def test_a_node_after_a_dead_letter_is_retried_once_that_one_is_back_in_line():
+    wf = Workflow("w")
+    first = wf.add(tasks.node, "first")
+    second = wf.add(tasks.node, "second", after=[first])
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    assert state(second) == JobState.CANCELLED
+    assert not actions.retry(second.job_id)
+    assert actions.retry(first.job_id)
+    # The retry of the dead letter re-armed it already: nothing left to retry.
+    assert state(second) == JobState.SCHEDULED
+    assert not actions.retry(second.job_id)
+    run(first)
+    assert state(second) == JobState.PENDING
+
+
+def test_a_bulk_retry_leaves_a_node_whose_failed_upstream_it_does_not_put_back():
+    wf = Workflow("w")
+    first = wf.add(tasks.node, "first")
+    second = wf.add(tasks.node, "second", after=[first])
+    third = wf.add(tasks.node, "third", after=[second])
+    elsewhere = uuid.UUID(tasks.node.enqueue("elsewhere").id)
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    run(elsewhere, JobState.DEAD_LETTER)
+    assert (state(second), state(third)) == (JobState.CANCELLED, JobState.CANCELLED)
+    # The cancelled nodes without the dead letter before them: neither can run.
+    assert actions.retry_many([second.job_id, third.job_id, elsewhere]) == 1
+    assert (state(second), state(third)) == (JobState.CANCELLED, JobState.CANCELLED)
+    assert state_of(elsewhere) == JobState.PENDING
+    # With it, every one goes back, each after the one before it.
+    assert actions.retry_many([third.job_id, second.job_id, first.job_id]) == 1
+    assert waits(second.job_id) == (JobState.SCHEDULED, 1)
+    assert waits(third.job_id) == (JobState.SCHEDULED, 1)
+
+
+def test_a_bulk_retry_puts_back_a_cancelled_chain_in_order_whatever_the_ids():
+    wf = Workflow("w")
+    first = wf.add(tasks.node, "first")
+    second = wf.add(tasks.node, "second", after=[first])
+    third = wf.add(tasks.node, "third", after=[second])
+    workflow_id = wf.enqueue()
+    workflows.cancel(workflow_id)  # each node cancelled on its own, not by a failure
+    # Ids are random: whichever order they sort in, each node goes back after the one before.
+    assert actions.retry_many([third.job_id, second.job_id, first.job_id]) == 3
+    assert waits(first.job_id) == (JobState.PENDING, 0)
+    assert waits(second.job_id) == (JobState.SCHEDULED, 1)
+    assert waits(third.job_id) == (JobState.SCHEDULED, 1)
+    run(first)
+    run(second)
+    assert waits(third.job_id) == (JobState.PENDING, 0)
 
 
 def test_cancel_ends_every_unfinished_node_and_is_audited():

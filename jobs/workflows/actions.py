@@ -39,6 +39,28 @@ def _cannot_run(job: Job, upstreams) -> bool:
     )
 
 
+def failed_upstream(job_ids) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
+    """Those of `job_ids` that run only after their upstream jobs succeed while one of them
+    ended otherwise, each with that job's id and state. Such a job cannot run until that one is
+    retried: put back in line, it would be cancelled again for the same failure."""
+    pairs = list(
+        Dependency.objects.filter(
+            downstream_id__in=list(job_ids), downstream__runs_on_upstream_failure=False
+        ).values_list("downstream_id", "upstream_id")
+    )
+    ended = TERMINAL - {JobState.SUCCEEDED}
+    failed = dict(
+        Job.objects.filter(id__in={u for _, u in pairs}, state__in=ended).values_list(
+            "id", "state"
+        )
+    )
+    found: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
+    for downstream, upstream in sorted(pairs):
+        if upstream in failed and downstream not in found:
+            found[downstream] = (upstream, failed[upstream])
+    return found
+
+
 def _upstream_states(job_ids) -> dict[uuid.UUID, list[str]]:
     """The states of the upstream jobs of each of `job_ids`."""
     # Locked in id order: a finish settling one of these jobs either committed before (its
