@@ -50,9 +50,7 @@ def failed_upstream(job_ids) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
     )
     ended = TERMINAL - {JobState.SUCCEEDED}
     failed = dict(
-        Job.objects.filter(id__in={u for _, u in pairs}, state__in=ended).values_list(
-            "id", "state"
-        )
+        Job.objects.filter(id__in={u for _, u in pairs}, state__in=ended).values_list("id", "state")
     )
     found: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
     for downstream, upstream in sorted(pairs):
