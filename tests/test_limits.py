@@ -312,6 +312,44 @@ def test_only_jobs_with_a_slack_too_short_to_wait_count_against_the_free_executo
     assert sorted(c.rate_slack for c in claimed) == [0.25, 1.0, 1.0, 1.0, 1.0]
 
 
+def small_claim(limit=2, can_begin=None):
+    return db.claim(
+        worker_id="w-limits",
+        queues=None,
+        limit=limit,
+        lease_seconds=60,
+        limits=LimitsCache(),
+        can_begin=can_begin,
+    )
+
+
+def test_a_budget_already_full_does_not_hide_the_jobs_behind_its_backlog_from_a_small_claim():
+    # The claim reads a few more due jobs than it may take; all of them the full budget's,
+    # it came back empty while the unlimited jobs behind them waited.
+    due(30, queue_name="api", run_after=timezone.now() - timedelta(minutes=10))
+    free = due(5, queue_name="free")
+    with with_limits({"queue:api": {"rate": [5, 2]}}):
+        assert [c.queue_name for c in small_claim(limit=5)] == ["api"] * 5
+        claimed = small_claim()
+    assert [c.queue_name for c in claimed] == ["free", "free"]
+    assert {c.id for c in claimed} <= {j.id for j in free}
+
+
+def test_jobs_that_must_begin_at_once_with_no_executor_free_do_not_hide_the_jobs_behind():
+    # Near its rate, a budget gives its jobs a slack too short to wait behind others; with no
+    # executor free to begin one, they are passed over and the claim reads past them.
+    due(30, queue_name="api", run_after=timezone.now() - timedelta(minutes=10))
+    due(5, queue_name="free")
+    with with_limits({"queue:api": {"rate": [8, 1]}}):
+        assert len(small_claim(limit=5)) == 5
+        claimed = small_claim(can_begin=0)
+        assert [c.queue_name for c in claimed] == ["free", "free"]
+        # With an executor free, the next one of them is taken to begin at once.
+        claimed = small_claim(can_begin=1)
+    assert sorted(c.queue_name for c in claimed) == ["api", "free"]
+    assert [c.rate_slack for c in claimed if c.queue_name == "api"] == [0.25]
+
+
 def test_a_start_counts_in_its_window_until_a_window_after_its_latest_moment():
     due(6, queue_name="api")
     with with_limits({"queue:api": {"rate": [4, 10]}}):

@@ -44,8 +44,9 @@ of every key, then the second of every key, ...), so a key's backlog never hides
 jobs whether or not its limit is reached.
 
 Holding a budget's lock until commit makes the count and the claim one step: the next claim
-of that budget counts this claim's jobs. Budgets found full are excluded from the next round's
-read, so a held backlog never hides jobs under other budgets (no head-of-line blocking).
+of that budget counts this claim's jobs. Budgets found full, and those whose jobs must begin
+at once when no executor is free to begin them, are excluded from the next round's read, so a
+held backlog never hides jobs under other budgets (no head-of-line blocking).
 """
 
 import json
@@ -96,6 +97,9 @@ class Room:
     def __init__(self):
         self.left: dict[str, float] = {}
         self.full: set = set()
+        # Budgets with room whose jobs this claim passes over: each must begin at once, and no
+        # executor is free to begin it (LimitedClaim.can_begin).
+        self.passed: set = set()
         # Starts counted in each rate budget's window, this claim's included.
         self.started: dict[str, int] = {}
         # Running jobs counted in each concurrency budget, this claim's included.
@@ -152,7 +156,7 @@ class LimitedClaim:
 
     def due_tests(self, taken: list) -> tuple[str, list]:
         """The tests of a due read beyond the claim index's own: the queues, and neither a full
-        budget nor a job this claim took already."""
+        budget, nor one passed over, nor a job this claim took already."""
         tests, params = [], []
         if len(self.queues) == 1:
             tests.append("AND queue_name = %s")
@@ -161,7 +165,7 @@ class LimitedClaim:
             tests.append(f"AND {self.engine.in_list('queue_name')}")
             params.append(self.engine.list_value(self.queues))
         full: dict[str, list] = {"queue": [], "task": [], "key": []}
-        for b in self.room.full:
+        for b in self.room.full | self.room.passed:
             full[b.spec.kind].append(b.value)
         for kind, column in (("queue", "queue_name"), ("task", "task_path")):
             if full[kind]:
@@ -330,13 +334,15 @@ class LimitedClaim:
         for round in range(MAX_ROUNDS):
             want = limit - len(taken)
             asked = want + want // 4 + 10
+            # Budgets left out of this read: one found full or passed over from here on makes
+            # the next read return other jobs.
+            left_out = len(self.room.full) + len(self.room.passed)
             rows = self.candidates(asked, taken)
             read_all = len(rows) < asked
             if round == 0 and self.limits.turns_due():
                 rows = in_turns(rows, self.key_heads(taken))
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
             self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
-            full_before = len(self.room.full)
             rated_of: dict[tuple, list] = {}
             for row in rows:
                 bs = budgets[row[0]]
@@ -350,7 +356,10 @@ class LimitedClaim:
                     slack = min(rate_slack(b.spec.rate[1], roomy=roomy) for b in rated)
                     at_once = slack < RATE_SLACK_TO_WAIT
                     if at_once and self.can_begin < 1:
-                        continue  # left for a claim with an executor free to begin it
+                        # Left for a claim with an executor free to begin it; the next read
+                        # leaves its budgets out, so the jobs behind them are not held up.
+                        self.room.passed.update(rated)
+                        continue
                     self.can_begin -= at_once
                     slacks[row[0]] = float(slack)
                     if roomy and self.room.far(rated):
@@ -360,7 +369,7 @@ class LimitedClaim:
                 drawn[row[0]] = bs
                 if len(taken) >= limit:
                     return taken, drawn, slacks
-            if read_all or len(self.room.full) == full_before:
+            if read_all or len(self.room.full) + len(self.room.passed) == left_out:
                 break  # nothing more is due, or the next read would return the same jobs
         return taken, drawn, slacks
 
