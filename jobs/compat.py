@@ -73,14 +73,14 @@ def writes(logger: logging.Logger, level: int) -> bool:
     failed task to two handlers that drop it (the console's, for DEBUG only, and the mail to
     ADMINS, of whom there are none): the record, the signal and the TaskResult before it took
     a quarter of each failed attempt's time. Only Django's own filters and mail handler are
-    known to drop a record: any other filter or handler counts as writing it, and so does
-    every record where a library has replaced the walk itself (sentry_sdk's logging
-    integration sends records to Sentry from there).
+    known to drop a record: any other filter or handler (subclasses included) counts as
+    writing it, and so does every record where a library has replaced the record's making or
+    the walk itself, on the logger or its class (sentry_sdk's logging integration sends records
+    to Sentry from `callHandlers`).
     """
     if logger.disabled or not logger.isEnabledFor(level):
         return False
-    walk = type(logger)
-    if logger.filters or not (_standard(walk.handle) and _standard(walk.callHandlers)):
+    if logger.filters or not _standard_walk(logger):
         return True
     found = False
     current: logging.Logger | None = logger
@@ -96,8 +96,13 @@ def writes(logger: logging.Logger, level: int) -> bool:
     return False
 
 
-def _standard(method) -> bool:
-    return getattr(method, "__module__", None) == "logging"
+def _standard_walk(logger: logging.Logger) -> bool:
+    """Are the record's making and its walk to the handlers Python's own, on this logger and
+    its class alike (a replaced one may do anything with the record)?"""
+    steps = (logger.makeRecord, logger.handle, logger.callHandlers)
+    return logging.getLogRecordFactory() is logging.LogRecord and all(
+        getattr(getattr(step, "__func__", step), "__module__", None) == "logging" for step in steps
+    )
 
 
 def _drops(handler: logging.Handler) -> bool:
@@ -107,10 +112,10 @@ def _drops(handler: logging.Handler) -> bool:
     from django.utils.log import AdminEmailHandler, RequireDebugFalse, RequireDebugTrue
 
     for found in handler.filters:
-        if isinstance(found, RequireDebugTrue):
+        if type(found) is RequireDebugTrue:
             if not settings.DEBUG:
                 return True
-        elif isinstance(found, RequireDebugFalse):
+        elif type(found) is RequireDebugFalse:
             if settings.DEBUG:
                 return True
         else:

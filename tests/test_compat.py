@@ -122,3 +122,37 @@ def test_every_record_counts_as_written_where_a_library_replaced_the_handlers_wa
 
     monkeypatch.setattr(logging.Logger, "callHandlers", sentry_patched_callhandlers)
     assert writes(child, logging.ERROR)
+
+
+@override_settings(DEBUG=False, ADMINS=[])
+def test_every_record_counts_as_written_where_the_logger_itself_has_its_walk_replaced(loggers):
+    _, child = loggers()
+    walk = child.callHandlers
+    child.callHandlers = lambda record: walk(record)
+    try:
+        assert writes(child, logging.ERROR)
+    finally:
+        del child.callHandlers
+    assert not writes(child, logging.ERROR)
+
+
+@override_settings(DEBUG=False, ADMINS=[])
+def test_every_record_counts_as_written_with_a_record_factory_of_the_project_s(loggers):
+    _, child = loggers()
+    made = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(lambda *args, **kwargs: made(*args, **kwargs))
+    try:
+        assert writes(child, logging.ERROR)
+    finally:
+        logging.setLogRecordFactory(made)
+
+
+@override_settings(DEBUG=False, ADMINS=[])
+def test_a_subclass_of_django_s_debug_filter_counts_as_a_filter_of_the_project_s(loggers):
+    class Sampled(RequireDebugTrue):
+        def filter(self, record):
+            return True
+
+    parent, child = loggers()
+    parent.handlers[0].filters = [Sampled()]
+    assert writes(child, logging.ERROR)
