@@ -121,6 +121,36 @@ def test_jobs_under_no_limit_are_not_delayed_by_held_ones(subprocess_env, spawn_
     assert not Attempt.objects.filter(job_id__in=capped).exclude(outcome="succeeded").exists()
 
 
+def test_jobs_under_no_limit_pass_a_held_backlog_longer_than_a_claim_reads(
+    subprocess_env, spawn_worker
+):
+    # More held jobs than a claim reads at once (it reads a quarter more than the 500 it may
+    # take), their budget already full when the others come: a claim that stopped at its
+    # first read of them came back empty, and the jobs under no limit waited for the one
+    # running held job to end.
+    limits_env(subprocess_env, {"queue:capped": {"concurrency": 1}})
+    capped = tasks.ledger_span.using(queue_name="capped").enqueue_many(
+        [((f"held-{i}", 8), {}) for i in range(1000)]
+    )
+    worker = spawn_worker("--concurrency", "3")
+    try:
+        wait_for(
+            lambda: any(e.name.startswith("start:held-") for e in read_events(subprocess_env)),
+            timeout=30,
+            what="the capped queue's one job to start",
+        )
+        free = [tasks.record.using(queue_name="free").enqueue(f"free-{i}").id for i in range(10)]
+        wait_for(lambda: all_terminal(free), timeout=60, what="the jobs under no limit")
+    finally:
+        stop_all([worker])
+    events = sorted(read_events(subprocess_env), key=lambda e: e.at)
+    first_end = next(i for i, e in enumerate(events) if e.name.startswith("end:held-"))
+    ran_free = [i for i, e in enumerate(events) if e.name.startswith("free-")]
+    assert len(ran_free) == 10
+    assert max(ran_free) < first_end, "the jobs under no limit waited for the held job to end"
+    assert Attempt.objects.filter(job_id__in=capped).count() <= 2  # the backlog stayed held
+
+
 def test_a_sigkilled_workers_slots_are_freed_within_the_lease(
     fast_leases, subprocess_env, spawn_worker
 ):
