@@ -97,6 +97,10 @@ class Limits:
         self._buckets: dict[tuple, tuple[Bucket, ...]] = {}
         self._budgets: dict[str, Bucket] = {}
         self._turns_at = 0.0
+        # Which claim of this worker last took a job of each limit key (jobs.db.limited's
+        # turns go to the keys served longest ago first), and how many claims took any.
+        self.served: dict[str, int] = {}
+        self.claims_served = 0
         # When (time.monotonic()) a rate budget the last claim found full has room again.
         self.rate_room_at = float("inf")
         # Did the last claim leave every budget it drew on at most half full (jobs.db.limited:
@@ -170,6 +174,17 @@ class Limits:
         # At least a little later: a clock apart from the database's never makes a busy loop.
         at = time.monotonic() + max(ROOM_WAKE_MIN, left)
         self.rate_room_at = min(self.rate_room_at, at)
+
+    def took_keys(self, keys) -> None:
+        """A claim took jobs of these limit keys: they wait for the others' turns next."""
+        keys = [k for k in keys if k is not None]
+        if not keys:
+            return
+        self.claims_served += 1
+        if len(self.served) >= REMEMBERED:
+            self.served.clear()
+        for key in keys:
+            self.served[key] = self.claims_served
 
     def turns_pending(self) -> bool:
         """Would turns_due say yes now (without taking the turn)?"""

@@ -246,6 +246,23 @@ def test_limit_keys_take_turns_when_no_limit_is_reached():
     assert len(ids & {j.id for j in big}) == 4
 
 
+def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monkeypatch):
+    # A worker whose executors are all busy claims one job at a time: the key with the oldest
+    # job took every claim, so a newer key waited behind its whole backlog.
+    monkeypatch.setattr("jobs.limits.TURNS_EVERY", 0.0)
+    due(50, limit_key="tenant-big", run_after=timezone.now() - timedelta(minutes=10))
+    due(3, limit_key="tenant-new")
+    limits = LimitsCache()  # one worker's, kept from claim to claim
+    keys = []
+    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+        for _ in range(6):
+            [claimed] = db.claim(
+                worker_id="w-limits", queues=None, limit=1, lease_seconds=60, limits=limits
+            )
+            keys.append(claimed.limit_key)
+    assert keys == ["tenant-big", "tenant-new"] * 3
+
+
 def test_turns_keep_priority_first():
     due(5, limit_key="tenant-a", priority=10)
     low = due(5, limit_key="tenant-b")

@@ -340,7 +340,9 @@ class LimitedClaim:
             rows = self.candidates(asked, taken)
             read_all = len(rows) < asked
             if round == 0 and self.limits.turns_due():
-                rows = in_turns(rows, self.key_heads(taken))
+                rows = in_turns(rows, self.key_heads(taken), self.limits.served)
+            elif self.limits.keys:
+                rows = in_turns(rows, [], self.limits.served)
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
             self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
             rated_of: dict[tuple, list] = {}
@@ -428,21 +430,38 @@ class LimitedClaim:
         )
 
 
-def in_turns(rows: list, heads: list) -> list:
+def in_turns(rows: list, heads: list, served: dict | None = None) -> list:
     """Both reads' jobs once each, in claim order with one job per limit key in turn among
-    jobs of equal priority (jobs without a key keep their place)."""
+    jobs of equal priority (jobs without a key keep their place).
+
+    Each round of turns goes to the keys in the order this worker last served them (`served`:
+    key -> the number of the claim that last took one of its jobs; never served first), each
+    key's job taking the place in claim order of the round's oldest job not yet placed: so a
+    claim that takes one job gives it to another key than the last one did, and a key's
+    backlog never keeps a newer key waiting from claim to claim.
+    """
+    served = served or {}
     by_id = {row[0]: row for row in rows}
     for row in heads:
         by_id.setdefault(row[0], row)
     ordered = sorted(by_id.values(), key=lambda r: (-r[4], r[5]))
     seen: dict = defaultdict(int)
+    rounds: dict = defaultdict(list)  # (priority, turn) -> its keyed rows' indexes
     turns = []
-    for row in ordered:
+    for index, row in enumerate(ordered):
         key = row[3]
-        turns.append((-row[4], seen[key] if key is not None else 0, row[5]))
+        turn = seen[key] if key is not None else 0
+        turns.append([-row[4], turn, row[5]])
         if key is not None:
             seen[key] += 1
-    return [row for _, row in sorted(zip(turns, ordered, strict=True), key=lambda p: p[0])]
+            rounds[row[4], turn].append(index)
+    for indexes in rounds.values():
+        places = sorted(ordered[i][5] for i in indexes)
+        by_key = sorted(indexes, key=lambda i: (served.get(ordered[i][3], -1), ordered[i][5]))
+        for index, place in zip(by_key, places, strict=True):
+            turns[index][2] = place
+    order = sorted(range(len(ordered)), key=lambda i: turns[i])
+    return [ordered[i] for i in order]
 
 
 def claimed_by_id(engine) -> str:
@@ -474,6 +493,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
             limits=limits,
         )
         if batch is not None:
+            limits.took_keys({c.limit_key for c in batch})
             return batch
     limits.claims_roomy = False
     lease_id = uuid.uuid4()
@@ -515,6 +535,7 @@ def claim_limited(engine, *, worker_id, queues, limit, lease_seconds, limits, ca
         slack = {parse_uuid(job_id): s for job_id, s in slacks.items()}
         for c in batch:
             c.rate_slack = slack.get(c.id, 0.0)
+    limits.took_keys({c.limit_key for c in batch})
     return batch
 
 
