@@ -40,8 +40,9 @@ Turns between limit keys: while a `key:` limit is in force, the first round also
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
 KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
 priority are taken one per key in turn (the first job
-of every key, then the second of every key, ...), so a key's backlog never hides another key's
-jobs whether or not its limit is reached.
+of every key, then the second of every key, ...; each round to the keys this worker served
+longest ago first, so that claims of one job each go round the keys), and a key's backlog never
+hides another key's jobs whether or not its limit is reached.
 
 Holding a budget's lock until commit makes the count and the claim one step: the next claim
 of that budget counts this claim's jobs. Budgets found full, and those whose jobs must begin
