@@ -271,7 +271,11 @@ class LimitsCache:
     def current(self) -> Limits:
         now = time.monotonic()
         if self.limits is None or now - self.read_at >= self.refresh_seconds:
-            self.limits = in_force(self.backend_alias)
+            fresh = in_force(self.backend_alias)
+            if self.limits is not None:
+                # The turns between keys go on round where they were.
+                fresh.served, fresh.claims_served = self.limits.served, self.limits.claims_served
+            self.limits = fresh
             self.read_at = now
         return self.limits
 
