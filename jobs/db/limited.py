@@ -340,10 +340,9 @@ class LimitedClaim:
             left_out = len(self.room.full) + len(self.room.passed)
             rows = self.candidates(asked, taken)
             read_all = len(rows) < asked
-            if round == 0 and self.limits.turns_due():
-                rows = in_turns(rows, self.key_heads(taken), self.limits.served)
-            elif self.limits.keys:
-                rows = in_turns(rows, [], self.limits.served)
+            if self.limits.keys:
+                heads = self.key_heads(taken) if round == 0 and self.limits.turns_due() else []
+                rows = in_turns(rows, heads, self.limits.served)
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
             self.open({b.id: b for bs in budgets.values() for b in bs}, wait=round == 0)
             rated_of: dict[tuple, list] = {}

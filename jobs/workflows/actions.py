@@ -22,6 +22,8 @@ _REARM_FIELDS = ("id", "runs_on_upstream_failure", "node_name", "workflow_id")
 _COUNTING = Q(state=JobState.SCHEDULED, runs_on_upstream_failure=True)
 _RELEASED = Q(state=JobState.PENDING, started_at__isnull=True)
 _CANCELLED_BY_FAILURE = Q(state=JobState.CANCELLED, error_type=UPSTREAM_FAILED)
+# The ends of an upstream job that cancel the jobs after it (unless they run anyway).
+_FAILED = TERMINAL - {JobState.SUCCEEDED}
 
 
 def _unsettled(job: Job, upstreams) -> int:
@@ -34,9 +36,7 @@ def _unsettled(job: Job, upstreams) -> int:
 def _cannot_run(job: Job, upstreams) -> bool:
     """Has one of `upstreams` (their states) ended unsuccessfully, so that `job`, which runs
     only after they all succeed, is cancelled by it?"""
-    return not job.runs_on_upstream_failure and any(
-        s in TERMINAL and s != JobState.SUCCEEDED for s in upstreams
-    )
+    return not job.runs_on_upstream_failure and any(s in _FAILED for s in upstreams)
 
 
 def failed_upstream(job_ids) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
@@ -48,9 +48,10 @@ def failed_upstream(job_ids) -> dict[uuid.UUID, tuple[uuid.UUID, str]]:
             downstream_id__in=list(job_ids), downstream__runs_on_upstream_failure=False
         ).values_list("downstream_id", "upstream_id")
     )
-    ended = TERMINAL - {JobState.SUCCEEDED}
     failed = dict(
-        Job.objects.filter(id__in={u for _, u in pairs}, state__in=ended).values_list("id", "state")
+        Job.objects.filter(id__in={u for _, u in pairs}, state__in=_FAILED).values_list(
+            "id", "state"
+        )
     )
     found: dict[uuid.UUID, tuple[uuid.UUID, str]] = {}
     for downstream, upstream in sorted(pairs):
