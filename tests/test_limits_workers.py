@@ -45,6 +45,15 @@ def most_at_once(found, horizon) -> int:
     return best
 
 
+def wait_first_start(env, key_prefix, what):
+    """Until the ledger shows a ledger_span job whose key starts with `key_prefix` started."""
+    wait_for(
+        lambda: any(e.name.startswith(f"start:{key_prefix}") for e in read_events(env)),
+        timeout=30,
+        what=what,
+    )
+
+
 def stop_all(workers):
     for w in workers:
         if w.alive():
@@ -116,11 +125,7 @@ def test_a_key_that_comes_later_takes_turns_while_every_executor_is_busy_with_an
     early.enqueue_many([((f"early-{i}", 0.05), {}) for i in range(150)])
     worker = spawn_worker("--concurrency", "1")
     try:
-        wait_for(
-            lambda: any(e.name.startswith("start:early-") for e in read_events(subprocess_env)),
-            timeout=30,
-            what="the early key's first job to start",
-        )
+        wait_first_start(subprocess_env, "early-", "the early key's first job to start")
         later = tasks.ledger_span.using(limit_key="tenant-later")
         later_ids = [later.enqueue(f"later-{i}", 0.05).id for i in range(3)]
         wait_for(lambda: all_terminal(later_ids), timeout=60, what="the later key's jobs")
@@ -161,11 +166,7 @@ def test_jobs_under_no_limit_pass_a_held_backlog_longer_than_a_claim_reads(
     )
     worker = spawn_worker("--concurrency", "3")
     try:
-        wait_for(
-            lambda: any(e.name.startswith("start:held-") for e in read_events(subprocess_env)),
-            timeout=30,
-            what="the capped queue's one job to start",
-        )
+        wait_first_start(subprocess_env, "held-", "the capped queue's one job to start")
         free = [tasks.record.using(queue_name="free").enqueue(f"free-{i}").id for i in range(10)]
         wait_for(lambda: all_terminal(free), timeout=60, what="the jobs under no limit")
     finally:

@@ -72,6 +72,15 @@ def state_of(job_id):
     return Job.objects.get(id=job_id).state
 
 
+def chain(*names):
+    """A workflow of nodes, each after the one before it (not enqueued yet)."""
+    wf = Workflow("chain")
+    nodes: list = []
+    for name in names:
+        nodes.append(wf.add(tasks.node, name, after=nodes[-1:]))
+    return wf, *nodes
+
+
 def diamond():
     wf = Workflow("diamond")
     top = wf.add(tasks.node, "top")
@@ -278,9 +287,7 @@ def test_retrying_a_node_whose_upstream_did_not_succeed_is_refused_and_changes_n
 
 
 def test_a_node_after_a_dead_letter_is_retried_once_that_one_is_back_in_line():
-    wf = Workflow("w")
-    first = wf.add(tasks.node, "first")
-    second = wf.add(tasks.node, "second", after=[first])
+    wf, first, second = chain("first", "second")
     wf.enqueue()
     run(first, JobState.DEAD_LETTER)
     assert state(second) == JobState.CANCELLED
@@ -294,10 +301,7 @@ def test_a_node_after_a_dead_letter_is_retried_once_that_one_is_back_in_line():
 
 
 def test_a_bulk_retry_leaves_a_node_whose_failed_upstream_it_does_not_put_back():
-    wf = Workflow("w")
-    first = wf.add(tasks.node, "first")
-    second = wf.add(tasks.node, "second", after=[first])
-    third = wf.add(tasks.node, "third", after=[second])
+    wf, first, second, third = chain("first", "second", "third")
     elsewhere = uuid.UUID(tasks.node.enqueue("elsewhere").id)
     wf.enqueue()
     run(first, JobState.DEAD_LETTER)
@@ -314,10 +318,7 @@ def test_a_bulk_retry_leaves_a_node_whose_failed_upstream_it_does_not_put_back()
 
 
 def test_a_bulk_retry_puts_back_a_cancelled_chain_in_order_whatever_the_ids():
-    wf = Workflow("w")
-    first = wf.add(tasks.node, "first")
-    second = wf.add(tasks.node, "second", after=[first])
-    third = wf.add(tasks.node, "third", after=[second])
+    wf, first, second, third = chain("first", "second", "third")
     workflow_id = wf.enqueue()
     workflows.cancel(workflow_id)  # each node cancelled on its own, not by a failure
     # Ids are random: whichever order they sort in, each node goes back after the one before.
