@@ -164,6 +164,17 @@ def test_claim_takes_the_highest_priority_then_the_oldest_due(engine):
 
 
 @pytest.mark.django_db
+def test_a_claim_hands_back_its_jobs_in_claim_order_whatever_order_the_rows_come_back(engine):
+    # The worker sends a claim's jobs to executors in the order given: a sync job held back
+    # for must not come after the coroutines claimed with it. Stored newest-due first, under
+    # random ids, so that neither the table's nor the primary key's order is the claim's.
+    jobs = [due_job(priority=p, run_after=ago(60 + i)) for i in range(30) for p in (0, 5)]
+    claimed = claim(limit=60)
+    in_claim_order = sorted(jobs, key=lambda j: (-j.priority, j.run_after))
+    assert [c.id for c in claimed] == [j.id for j in in_claim_order]
+
+
+@pytest.mark.django_db
 def test_claim_marks_the_job_running_with_a_fresh_lease(engine):
     job = due_job(args=[3, 4], kwargs={"a": 1})
     (c,) = claim()

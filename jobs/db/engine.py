@@ -188,10 +188,13 @@ class Engine(RunAfter):
         )
 
     def claimed_batch(self, rows, lease_id) -> list[Claimed]:
-        """A claim's rows as Claimed, highest priority first."""
-        claimed = [self.claimed_from_row(r, lease_id) for r in rows]
-        claimed.sort(key=lambda c: -c.priority)
-        return claimed
+        """A claim's rows as Claimed, in claim order: highest priority first, then due first.
+
+        An UPDATE returns its rows in no set order, and the worker hands its jobs to executors
+        in this order: a sync job held back for must come before the coroutines claimed with
+        it (jobs.pool.dispatcher)."""
+        rows = sorted(rows, key=lambda r: (-r[8], r[16]))
+        return [self.claimed_from_row(r, lease_id) for r in rows]
 
     def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):
         """Claim up to `limit` due jobs in priority order (then due time), under one fresh

@@ -47,9 +47,11 @@ FINISH_COUNTERS = (
     ("jobs_snoozed", "outcome", (AttemptOutcome.SNOOZED,)),
 )
 
+# run_after last: read only to put a claim's jobs back in claim order (Engine.claimed_batch).
 CLAIMED_COLUMNS = (
     "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
-    "backend, started_at, enqueued_at, {backoff}, snoozes, limit_key, attempts_given_back"
+    "backend, started_at, enqueued_at, {backoff}, snoozes, limit_key, attempts_given_back, "
+    "run_after"
 )
 
 
