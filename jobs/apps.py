@@ -10,3 +10,6 @@ class JobsConfig(AppConfig):
         # Registers the SQLite clock and search functions on every connection, from the first on;
         # checks registers the system checks of the SCHEDULES option.
         from . import checks, db, search  # noqa: F401
+        from .sentry import keep_repeats_out
+
+        keep_repeats_out()

@@ -15,6 +15,7 @@ executor process).
 """
 
 from .states import JobState
+from .worker_log import JOB_LINES
 
 try:
     import sentry_sdk
@@ -22,6 +23,25 @@ except ImportError:  # the sentry extra is not installed
     sentry_sdk = None  # type: ignore[assignment]
 
 CAPTURE_CHOICES = ("dead_letter", "every_failure")
+
+
+# Loggers whose ERROR records tell of a failure `capture_failures` sends itself, with its tags:
+# the worker's line per finished job, and the tasks framework's record of each failed attempt
+# (Django's `django.tasks`, the backport's `django_tasks`). Sentry's logging integration, on by
+# default, would make each an event of its own: five events for one job failing three times,
+# whatever SENTRY_CAPTURE says.
+TOLD_BY_EVENTS = (JOB_LINES, "django.tasks", "django_tasks")
+
+
+def keep_repeats_out() -> None:
+    """Keep the records of TOLD_BY_EVENTS out of Sentry's events and breadcrumbs, in this
+    process (called from JobsConfig.ready, in every process that runs Django)."""
+    if sentry_sdk is None:
+        return
+    from sentry_sdk.integrations.logging import ignore_logger
+
+    for name in TOLD_BY_EVENTS:
+        ignore_logger(name)
 
 
 def active() -> bool:

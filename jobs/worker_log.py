@@ -7,8 +7,11 @@ from . import logformat
 from .errortext import for_log
 from .states import AttemptOutcome, JobState
 
-# Under the worker's name, where these lines always were (a project's LOGGING may name it).
-logger = logging.getLogger("jobs.worker")
+# Under the worker's name (a project's LOGGING may name `jobs.worker`: these lines reach its
+# handlers and take its level), in a logger of their own so that Sentry's logging integration
+# can leave them out: jobsite sends the failures they tell of itself, tagged (jobs.sentry).
+JOB_LINES = "jobs.worker.jobs"
+logger = logging.getLogger(JOB_LINES)
 
 # The level each outcome is logged at. A job handed back unstarted is routine while running
 # (a prefetched job found no free executor), notable (INFO) only when a stopping worker hands

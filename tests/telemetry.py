@@ -78,7 +78,6 @@ def configure_from_environment():
         sentry_sdk.init(
             dsn="https://public@sentry.invalid/1",
             transport=RecordingTransport,
-            default_integrations=False,
         )
 
 
