@@ -162,10 +162,15 @@ def parse(name, raw, backend) -> ScheduleSpec:
             raise fail(f"every must be at most a year of seconds, not {every!r}")
         values["every"] = float(every)
 
-    try:
-        values["args"], values["kwargs"] = payload.check_arguments(
-            raw.get("args", []), raw.get("kwargs", {})
+    args, kwargs = raw.get("args", []), raw.get("kwargs", {})
+    # Checked before list() and dict() would make a list of a text's letters or a dict's keys.
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+        raise fail(
+            f"args and kwargs must be a list and a dict, not {type(args).__name__} and "
+            f"{type(kwargs).__name__}"
         )
+    try:
+        values["args"], values["kwargs"] = payload.check_arguments(args, kwargs)
     except (TypeError, ValueError) as e:
         raise fail(f"args and kwargs must be a list and a dict of JSON values: {e}") from None
     missed = raw.get("missed", "latest")
