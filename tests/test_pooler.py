@@ -185,6 +185,30 @@ def test_a_listen_url_through_the_pooler_stops_the_worker_at_start_saying_why(
     proc = worker(env)
     assert proc.returncode != 0
     assert "LISTEN_DATABASE_URL goes through a transaction-mode pooler" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_listen_url_that_does_not_answer_yet_makes_the_worker_poll_not_stop(subprocess_env):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN_DATABASE_URL is a PostgreSQL option")
+    result = tasks.add.enqueue(1, 2)
+    # Nothing listens on port 1: refused at once, as a server not started yet is.
+    env = {**subprocess_env, "JOBSITE_LISTEN_DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}
+    proc = worker(env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "LISTEN_DATABASE_URL does not answer" in proc.stderr
+    assert "polling for new jobs until it does" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert Job.objects.get(id=result.id).state == JobState.SUCCEEDED
+
+
+def test_a_listen_url_that_is_not_a_url_stops_the_worker_saying_so(subprocess_env):
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN_DATABASE_URL is a PostgreSQL option")
+    proc = worker({**subprocess_env, "JOBSITE_LISTEN_DATABASE_URL": "not a url"})
+    assert proc.returncode != 0
+    assert "LISTEN_DATABASE_URL: " in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_with_a_direct_listen_url_the_worker_behind_the_pooler_is_woken_not_polling(

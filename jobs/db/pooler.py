@@ -71,11 +71,19 @@ def sessions_are_shared(params: dict | str) -> bool:
 
 
 def direct_listen_url(url: str) -> str:
-    """OPTIONS["LISTEN_DATABASE_URL"], checked: LISTEN needs a session of its own."""
+    """OPTIONS["LISTEN_DATABASE_URL"], checked: LISTEN needs a session of its own.
+
+    ImproperlyConfigured for a URL that cannot work (not a URL, or through a pooler);
+    psycopg.OperationalError while its server does not answer (it may later).
+    """
+    import psycopg
+
     try:
         shared = sessions_are_shared(url)
+    except psycopg.OperationalError:
+        raise
     except Exception as e:
-        raise ImproperlyConfigured(f"LISTEN_DATABASE_URL: cannot connect ({e})") from None
+        raise ImproperlyConfigured(f"LISTEN_DATABASE_URL: {e}") from None
     if shared:
         raise ImproperlyConfigured(
             "LISTEN_DATABASE_URL goes through a transaction-mode pooler, where LISTEN loses its "

@@ -25,7 +25,18 @@ def listener_for(connection, options):
     None through a transaction-mode pooler (LISTEN needs a session of its own)."""
     url = options.get("LISTEN_DATABASE_URL")
     if url:
-        return Listener(connect_params={"conninfo": direct_listen_url(url)})
+        import psycopg
+
+        try:
+            return Listener(connect_params={"conninfo": direct_listen_url(url)})
+        except psycopg.OperationalError as e:
+            # As for the database itself, a server not up yet is waited for, not fatal: the
+            # listener checks the URL again each time it tries to connect.
+            logger.warning(
+                "LISTEN_DATABASE_URL does not answer (%s): polling for new jobs until it does",
+                str(e).strip(),
+            )
+            return Listener(connect_params=lambda: {"conninfo": direct_listen_url(url)})
     if is_pooled(connection):
         logger.warning(
             "the database is reached through a transaction-mode pooler: polling for new "

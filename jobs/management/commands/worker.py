@@ -1,3 +1,4 @@
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import limit_spec, logformat, outcome, schedules, sentry
@@ -135,7 +136,7 @@ class Command(BaseCommand):
             logformat.use_json()
         try:
             code = Worker(config, backend_alias=options["backend"]).run()
-        except SchemaNotReady as e:
+        except (SchemaNotReady, ImproperlyConfigured) as e:
             raise CommandError(str(e)) from None
         if code:
             raise SystemExit(code)
