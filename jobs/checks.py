@@ -1,6 +1,6 @@
-"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES, LIMITS and
-MAX_SNOOZES options, and SQLite settings under which a worker and enqueuers would fail with
-"database is locked"."""
+"""Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES, LIMITS,
+MAX_SNOOZES and SENTRY_CAPTURE options, and SQLite settings under which a worker and
+enqueuers would fail with "database is locked"."""
 
 from django.core import checks
 
@@ -26,6 +26,13 @@ def check_max_snoozes(app_configs=None, **kwargs):
     from . import outcome
 
     return _option_errors("MAX_SNOOZES", outcome.max_snoozes_problems, "jobs.E003")
+
+
+@checks.register(checks.Tags.compatibility)
+def check_sentry_capture(app_configs=None, **kwargs):
+    from . import sentry
+
+    return _option_errors("SENTRY_CAPTURE", sentry.capture_problems, "jobs.E004")
 
 
 def _option_errors(option: str, problems_of, error_id: str) -> list:

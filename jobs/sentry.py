@@ -55,6 +55,15 @@ def capture_mode(options) -> str:
     return mode
 
 
+def capture_problems(backend) -> list[str]:
+    """What is wrong with the backend's SENTRY_CAPTURE (for `manage.py check`)."""
+    try:
+        capture_mode(backend.options)
+    except ValueError as e:
+        return [str(e)]
+    return []
+
+
 def capture_failures(settled, options) -> None:
     """An event per failed attempt in `settled` ((Finish, Claimed) pairs) that OPTIONS ask for."""
     if not active():

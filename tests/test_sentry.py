@@ -89,6 +89,23 @@ def test_an_unknown_capture_mode_stops_the_worker_saying_what_is_allowed(sentry_
     assert "SENTRY_CAPTURE must be one of ('dead_letter', 'every_failure')" in proc.stderr
 
 
+def test_an_unknown_capture_mode_is_a_check_error():
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+    from django.test import override_settings
+
+    from jobs.checks import check_sentry_capture
+
+    config = settings.TASKS["default"]
+    options = {**config["OPTIONS"], "SENTRY_CAPTURE": "sometimes"}
+    with override_settings(TASKS={"default": {**config, "OPTIONS": options}}):
+        [error] = check_sentry_capture()
+        assert error.id == "jobs.E004" and "SENTRY_CAPTURE must be one of" in error.msg
+        with pytest.raises(SystemCheckError, match="SENTRY_CAPTURE"):
+            call_command("check")
+
+
 def test_a_job_dead_lettered_by_lease_recovery_reaches_sentry_too(sentry_worker):
     from datetime import timedelta
 
