@@ -134,6 +134,29 @@ def test_a_coroutine_that_ignores_its_cancel_costs_its_executor_and_neighbours_r
     assert_attempt_history_consistent([stubborn, *neighbours])
 
 
+@pytest.mark.parametrize("executors", [1, 2])
+def test_no_coroutine_joins_an_executor_whose_stopped_coroutine_may_cost_it(
+    spawn_worker, subprocess_env, fast_leases, executors
+):
+    stubborn = tasks.ignores_cancellation.enqueue("stubborn").id
+    worker = spawn_worker("--concurrency", str(executors), "--async-concurrency", "6")
+    wait_for(
+        lambda: any(e.kind == "ignored" for e in read_events(subprocess_env)),
+        timeout=30,
+        what="the stubborn coroutine to ignore its timeout's cancel",
+    )
+    # Within the cancel grace, before its executor is stopped with what runs there.
+    later = tasks.awaits.enqueue_many([((f"later-{i}", 3), {}) for i in range(5)])
+    wait_for(lambda: all_terminal([stubborn, *later]), timeout=30, what="the jobs to end")
+    stop(worker)
+
+    assert Job.objects.get(id=stubborn).error_type == "JobTimeout"
+    for job in Job.objects.filter(id__in=later):
+        assert (job.state, job.attempt) == ("succeeded", 1), job.args
+    assert not Attempt.objects.filter(job__in=later, error_type="ExecutorCrashed").exists()
+    assert_attempt_history_consistent([stubborn, *later])
+
+
 def test_a_coroutine_ending_its_process_fails_each_started_neighbour_once_then_all_succeed(
     spawn_worker, subprocess_env
 ):

@@ -41,7 +41,7 @@ def executors():
             e.inflight, e.estimates = {}, {}
             e.coroutines, e.async_slots = {}, async_slots
             e._queued, e._unknown = 0.0, 0
-            e.broken, e.completed = False, 0
+            e.broken, e.completed, e.unwinding = False, 0, False
             e.channel, e._received = Channel(e.conn), []
             made.append(e)
         return made[-n:]
@@ -159,6 +159,17 @@ def test_coroutines_fill_the_async_slots_of_one_executor_before_the_next(executo
     assert (len(first.inflight), len(second.inflight)) == (3, 3)
     assert len(left) == 1  # no slot anywhere: handed back, not left waiting in running
     assert set(first.coroutines) == set(first.inflight)
+
+
+def test_no_coroutine_joins_an_executor_unwinding_a_stopped_one(executors):
+    unwinding, other = executors(2, async_slots=3)
+    d = dispatcher([unwinding, other])
+    d.ready.append(job(COROUTINE))
+    d.dispatch()
+    unwinding.unwinding = True  # its coroutine was cancelled and may cost it the process
+    d.ready.extend(job(COROUTINE) for _ in range(2))
+    assert d.dispatch() == []
+    assert (len(unwinding.inflight), len(other.inflight)) == (1, 2)
 
 
 def test_coroutines_leave_an_executor_idle_for_a_sync_job_while_one_has_room(executors):

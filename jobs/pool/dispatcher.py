@@ -185,7 +185,12 @@ class Dispatcher:
         Read from the slots the child shares, not from the outcomes received: a slot freed
         while the worker was busy counts at once.
         """
-        if executor.broken or executor.holds_sync() or executor is self.held_back:
+        if (
+            executor.broken
+            or executor.unwinding
+            or executor.holds_sync()
+            or executor is self.held_back
+        ):
             return 0
         started = executor.started()
         ahead = 0

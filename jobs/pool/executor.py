@@ -112,6 +112,10 @@ class Executor:
         self._unknown = 0  # jobs here not known to be short
         # The pipe failed: the child is gone or going. The worker replaces it.
         self.broken = False
+        # A coroutine here was asked to stop (its timeout, or a cancel) and has not ended:
+        # if it outlasts the cancel grace, this process is stopped with whatever runs in it,
+        # so no coroutine joins it meanwhile (set by the supervisor each round).
+        self.unwinding = False
         # Outcomes received: an executor that dies before its first one counts towards a
         # crash streak, which slows down restarts.
         self.completed = 0

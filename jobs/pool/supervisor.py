@@ -261,6 +261,7 @@ class Supervisor:
 
     def enforce_deadlines(self, now):
         for executor in list(self.executors):
+            executor.unwinding = False
             if executor.coroutines:
                 self._enforce_coroutine_deadlines(executor, now)
                 continue
@@ -284,9 +285,23 @@ class Supervisor:
             if held and held.cancel_requested_at is not None and not held.cancel_sent:
                 executor.cancel(seq)  # the coroutine alone; it answers as cancelled
                 held.cancel_sent = True
+        executor.unwinding = any(
+            self._asked_to_stop(executor, seq, began, now) for seq, began in started.items()
+        )
+        if executor.unwinding and executor.waiting():
+            # It may be stopped with what runs in it: what has not started goes elsewhere.
+            self.dispatcher.put_back(executor.take_back_waiting())
         for seq, began in sorted(started.items()):
             if self._stop_if_overdue(executor, seq, began, now):
                 return
+
+    def _asked_to_stop(self, executor, seq, began, now) -> bool:
+        """Whether started coroutine `seq` was cancelled, by its timeout or an operator, and
+        is unwinding (within the cancel grace)."""
+        claimed = executor.inflight[seq]
+        held = self.held.get(claimed.id)
+        ends = timeout_ends(claimed, began)
+        return bool(held and held.cancel_sent) or (ends is not None and now > ends)
 
     def _stop_if_overdue(self, executor, seq, began, now) -> bool:
         """Stop the executor of job `seq` if that job ran past its deadline or past its
