@@ -45,6 +45,10 @@ HEADER = 5  # then (seq, start) of slots 1 .. async_slots - 1, in pairs
 # A coroutine that keeps the event loop this long without yielding is logged.
 LOOP_BLOCK_THRESHOLD = 0.5
 LOOP_TICK = 0.1
+# An event loop that stops this many times within LOOP_RESTARTS_WINDOW seconds cannot run (a
+# job closed the file descriptors it polls, say): the process ends, as for a closed loop.
+LOOP_RESTARTS_AT_MOST = 5
+LOOP_RESTARTS_WINDOW = 1.0
 
 
 def new_status(slots: int) -> list[float]:
@@ -198,6 +202,7 @@ class ExecutorLoop:
     def _run_loop(self):
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._tick)
+        stops: deque = deque(maxlen=LOOP_RESTARTS_AT_MOST)
         while True:  # nothing here ever stops the loop: the process ends with it running
             # A job can stop it all the same: loop.stop(), or SystemExit or KeyboardInterrupt
             # raised in a task of its own that nobody awaits, which asyncio lets out of the
@@ -212,6 +217,15 @@ class ExecutorLoop:
                 # Nothing left to run its coroutines on: end the process, and the worker
                 # settles each of its jobs as for any executor that dies.
                 logger.error("this executor's event loop was closed (%s): exiting", why)
+                os._exit(70)
+            stops.append(time.monotonic())
+            if len(stops) == stops.maxlen and stops[-1] - stops[0] < LOOP_RESTARTS_WINDOW:
+                logger.error(
+                    "this executor's event loop stopped %d times within %gs (%s): exiting",
+                    len(stops),
+                    LOOP_RESTARTS_WINDOW,
+                    why,
+                )
                 os._exit(70)
             logger.warning("this executor's event loop stopped (%s): started again", why)
 

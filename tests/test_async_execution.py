@@ -300,6 +300,22 @@ def test_a_job_that_stops_the_event_loop_finishes_and_so_do_the_coroutines_after
     assert_nothing_running()
 
 
+def test_a_coroutine_closing_its_executors_descriptors_ends_that_executor_not_in_a_loop(
+    run_worker,
+):
+    closer = tasks.closes_its_descriptors.enqueue("closer")
+    beside = tasks.awaits.enqueue("beside", 0.5)
+
+    proc = run_worker("--concurrency", "1", "--async-concurrency", "4", timeout=60)
+
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    closed = Job.objects.get(id=closer.id)
+    assert (closed.state, closed.error_type) == (JobState.DEAD_LETTER, "ExecutorCrashed")
+    assert Job.objects.get(id=beside.id).state == JobState.SUCCEEDED
+    assert proc.stderr.count("event loop stopped (") <= 5, proc.stderr[-3000:]
+    assert_nothing_running()
+
+
 def test_a_coroutine_holding_the_event_loop_is_reported_with_its_task_and_how_long(
     spawn_worker, subprocess_env
 ):
