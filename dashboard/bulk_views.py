@@ -43,7 +43,8 @@ def bulk_action(request):
         }
         return render(request, "dashboard/bulk_action.html", context)
     return StreamingHttpResponse(
-        _bulk_progress(request, action, jobs, filters, back), content_type="text/html; charset=utf-8"
+        _bulk_progress(request, action, jobs, filters, back),
+        content_type="text/html; charset=utf-8",
     )
 
 

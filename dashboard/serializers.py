@@ -54,7 +54,11 @@ def log_json(job, log) -> dict:
             continue
         if cut is not None:
             lines.append(
-                {"time": _time(entry.at), "level": "CUT", "message": f"[{cut.lines:,} line{'s' if cut.lines != 1 else ''} cut]"}
+                {
+                    "time": _time(entry.at),
+                    "level": "CUT",
+                    "message": f"[{cut.lines:,} line{'s' if cut.lines != 1 else ''} cut]",
+                }
             )
             cut = None
         lines.append({"time": _time(entry.at), "level": entry.level, "message": entry.message})

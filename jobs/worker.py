@@ -264,6 +264,7 @@ class Worker:
 
     def _begin_stopping(self, now):
         """No new claims, no executor started; held jobs get the shutdown timeout."""
+        self.log.flush_claims()
         self.stopping = self.supervisor.stopping = True
         self.stop_requested_at = now
 

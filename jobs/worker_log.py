@@ -34,10 +34,16 @@ class WorkerLog:
 
     def claims(self, claimed):
         """One line per claim, or one summary a second when claims come thick and fast."""
-        now = time.monotonic()
         self.unlogged_claims += len(claimed)
-        if not self.unlogged_claims or now - self.last_claim_log < 1.0:
-            return
+        if self.unlogged_claims and time.monotonic() - self.last_claim_log >= 1.0:
+            self._write_claims(claimed)
+
+    def flush_claims(self):
+        """Write the claims not logged yet (the worker begins to stop: they come before)."""
+        if self.unlogged_claims:
+            self._write_claims([])
+
+    def _write_claims(self, claimed):
         if self.unlogged_claims == 1 and claimed:
             c = claimed[0]
             given_back = c.attempts_given_back
@@ -50,8 +56,9 @@ class WorkerLog:
                 f", {given_back} given back at shutdown" if given_back else "",
             )
         else:
-            logger.info("claimed %d jobs", self.unlogged_claims)
-        self.unlogged_claims, self.last_claim_log = 0, now
+            n = self.unlogged_claims
+            logger.info("claimed %d job%s", n, "" if n == 1 else "s")
+        self.unlogged_claims, self.last_claim_log = 0, time.monotonic()
 
     def finish(self, f, claimed, *, stopping: bool):
         level = FINISH_LOG_LEVELS.get(f.state, logging.DEBUG)

@@ -19,3 +19,14 @@ def test_a_claim_line_without_attempts_given_back_says_only_the_attempt(caplog):
     with caplog.at_level(logging.INFO, logger="jobs.worker"):
         WorkerLog("text").claims([claimed])
     assert f"(job {claimed.id}, attempt 1/3)" in caplog.text
+
+
+def test_claims_not_logged_yet_are_written_before_the_worker_stops(caplog):
+    log = WorkerLog("text")
+    with caplog.at_level(logging.INFO, logger="jobs.worker"):
+        log.claims([make_claimed()])  # written at once
+        log.claims([make_claimed() for _ in range(9)])  # within the second: summed up later
+        assert "claimed 9 jobs" not in caplog.text
+        log.flush_claims()
+        log.flush_claims()  # nothing more to write
+    assert caplog.text.count("claimed 9 jobs") == 1
