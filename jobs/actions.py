@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from . import db, moments, payload, workflows
 from .backend import limit_key_for
-from .errors import JobCancelled
+from .errors import CANCELLED_BY_OPERATOR, JobCancelled
 from .models import AuditEntry, Job
 from .reconnect import again_after_deadlock
 from .retry import MAX_ATTEMPTS
@@ -421,7 +421,7 @@ def _cancel(job_ids) -> tuple[int, int]:
             state=JobState.CANCELLED,
             finished_at=now,
             error_type=JobCancelled.__name__,
-            error_message="cancelled by an operator",
+            error_message=CANCELLED_BY_OPERATOR,
             cancel_requested_at=now,
         )
         db.cancel_continuations(waiting)

@@ -65,6 +65,9 @@ class JobCancelled(Exception):
     """An operator cancelled the job while it was running."""
 
 
+CANCELLED_BY_OPERATOR = "cancelled by an operator"  # the message of every JobCancelled
+
+
 class PoisonJob(Exception):
     """The job can never run: its task is unknown or its stored arguments do not fit."""
 

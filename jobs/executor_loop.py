@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 
-from .errors import JobCancelled, JobTimeout
+from .errors import CANCELLED_BY_OPERATOR, JobCancelled, JobTimeout
 from .errortext import for_log
 
 logger = logging.getLogger(__name__)
@@ -439,7 +439,7 @@ def _failure(claimed, control, exc) -> BaseException:
 def _stopped(claimed, reason) -> Exception:
     if reason == "timeout":
         return timed_out(claimed)
-    return JobCancelled("cancelled by an operator")
+    return JobCancelled(CANCELLED_BY_OPERATOR)
 
 
 async def _release_connections():

@@ -422,7 +422,13 @@ def test_a_cancel_requested_while_running_wins_over_success(engine):
     assert (applied.state, applied.outcome) == (JobState.CANCELLED, AttemptOutcome.CANCELLED)
     job = Job.objects.get(id=c.id)
     assert job.state == JobState.CANCELLED and job.error_type == "JobCancelled"
-    assert Attempt.objects.get(job=job).outcome == AttemptOutcome.CANCELLED
+    attempt = Attempt.objects.get(job=job)
+    assert attempt.outcome == AttemptOutcome.CANCELLED
+    # The attempt returned, without an error of its own: it says why it ended, as its job.
+    assert (attempt.error_type, attempt.error_message) == (
+        "JobCancelled",
+        "cancelled by an operator",
+    )
     assert counters_but_enqueued() == {"jobs_cancelled": 1}
 
 

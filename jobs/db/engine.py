@@ -16,6 +16,7 @@ from functools import cached_property
 
 from django.db import connection, transaction
 
+from ..errors import CANCELLED_BY_OPERATOR, JobCancelled
 from ..retry import MAX_ATTEMPTS
 from ..states import (
     CANCEL_OVERRIDES,
@@ -295,10 +296,10 @@ class Engine(RunAfter):
             dead_letter_reason = CASE WHEN {state} = {sql_state(JobState.DEAD_LETTER)}
                                       THEN v.reason ELSE '' END,
             error_type = CASE WHEN {has_error} THEN v.error_type
-                              WHEN {state} = {cancelled} THEN 'JobCancelled'
+                              WHEN {state} = {cancelled} THEN '{JobCancelled.__name__}'
                               ELSE {JOB}.error_type END,
             error_message = CASE WHEN {has_error} THEN v.error_message
-                                 WHEN {state} = {cancelled} THEN 'cancelled by an operator'
+                                 WHEN {state} = {cancelled} THEN '{CANCELLED_BY_OPERATOR}'
                                  ELSE {JOB}.error_message END,
             error_traceback = CASE WHEN {has_error} THEN v.error_traceback
                                    ELSE {JOB}.error_traceback END,

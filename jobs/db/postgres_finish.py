@@ -3,6 +3,7 @@ continuations, the counters and the wake-up, for a whole batch of outcomes at on
 
 import json
 
+from ..errors import CANCELLED_BY_OPERATOR, JobCancelled
 from ..moments import to_micros
 from ..states import AttemptOutcome, JobState
 from .columns import attempt_row
@@ -53,10 +54,16 @@ def finish_statement(engine) -> str:
     jsonb, they cost PostgreSQL half of what objects read by `json_to_recordset` did, and the
     client half of what building them did.
     """
+    # An attempt a cancel ended without an error of its own (it returned) says why, as its job.
+    cancelled_by = f"attempt_outcome = '{AttemptOutcome.CANCELLED}' AND error_type = ''"
     attempt_exprs = {
         "started_at": "COALESCE(started_at, claimed_at)",
         "finished_at": "COALESCE(finished_at, now())",
         "outcome": "attempt_outcome",
+        "error_type": f"CASE WHEN {cancelled_by} THEN '{JobCancelled.__name__}' "
+        "ELSE error_type END",
+        "error_message": f"CASE WHEN {cancelled_by} THEN '{CANCELLED_BY_OPERATOR}' "
+        "ELSE error_message END",
     }
     attempt_names = attempt_row()
     by = {"state": "final_state", "outcome": "attempt_outcome"}

@@ -5,6 +5,7 @@ import uuid
 from datetime import UTC, datetime
 
 from .. import payload
+from ..errors import CANCELLED_BY_OPERATOR, JobCancelled
 from ..states import (
     FAILED_ATTEMPT,
     AttemptOutcome,
@@ -63,11 +64,14 @@ def finish_counts(applied: list[Finish]) -> dict[str, int]:
 
 
 def applied_as(r: Finish, state: str) -> Finish:
-    """The outcome as it took effect (a cancel that came in turns it into a cancellation)."""
+    """The outcome as it took effect (a cancel that came in turns it into a cancellation,
+    and an attempt it ended without an error of its own says why, as its job does)."""
     if state == JobState.CANCELLED and r.state != JobState.CANCELLED:
         r.state = JobState.CANCELLED
         if r.outcome is not None:
             r.outcome = AttemptOutcome.CANCELLED
+    if r.outcome == AttemptOutcome.CANCELLED and not r.error_type:
+        r.error_type, r.error_message = JobCancelled.__name__, CANCELLED_BY_OPERATOR
     return r
 
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from .. import outcome as oc
-from ..errors import ExecutorCrashed, JobCancelled, WorkerLost, WorkerShutdown
+from ..errors import (
+    CANCELLED_BY_OPERATOR,
+    ExecutorCrashed,
+    JobCancelled,
+    WorkerLost,
+    WorkerShutdown,
+)
 from ..errortext import for_log
 from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
@@ -329,7 +335,7 @@ class Supervisor:
                 for_log(claimed.task_path),
                 self.cancel_grace,
             )
-            failure = JobCancelled("cancelled by an operator")
+            failure = JobCancelled(CANCELLED_BY_OPERATOR)
         else:
             return False
         self._stop(executor, culprit=seq, failure=failure)
