@@ -70,22 +70,25 @@ def worker_rows(now: datetime, *, recent: timedelta = timedelta(hours=24)) -> li
     )
     for job in jobs:
         running.setdefault(job.worker_id, []).append(job)
-    return [
-        WorkerRow(
-            node=node,
-            status=_worker_status(node, now, lease),
-            heartbeat_age=now - node.last_heartbeat_at,
-            running=running.get(node.id, [])[:RUNNING_SHOWN_PER_WORKER],
-            running_count=len(running.get(node.id, [])),
-            **_slots(node),
+    rows = []
+    for node in nodes:
+        status = _worker_status(node, now, lease)
+        rows.append(
+            WorkerRow(
+                node=node,
+                status=status,
+                heartbeat_age=now - node.last_heartbeat_at,
+                running=running.get(node.id, [])[:RUNNING_SHOWN_PER_WORKER],
+                running_count=len(running.get(node.id, [])),
+                **_slots(node, status),
+            )
         )
-        for node in nodes
-    ]
+    return rows
 
 
-def _slots(node: WorkerNode) -> dict:
-    if node.stopped_at:
-        return {}
+def _slots(node: WorkerNode, status: str) -> dict:
+    if status != "online":
+        return {}  # a worker stopped or lost has no free slot to offer
     return {
         "free_sync": node.free_sync_slots,
         "sync_total": node.concurrency,

@@ -744,6 +744,23 @@ def test_workers_page_shows_free_sync_and_async_slots_and_counts_many_running_jo
     assert html.count('class="job-link"') == 10
 
 
+@pytest.mark.django_db
+def test_a_lost_worker_offers_no_free_slots_on_the_workers_page(viewer_client):
+    WorkerNode.objects.create(
+        id="gone:2:b",
+        hostname="gone",
+        pid=2,
+        concurrency=2,
+        async_concurrency=10,
+        free_sync_slots=1,
+        free_async_slots=15,
+        last_heartbeat_at=timezone.now() - timedelta(minutes=5),
+    )
+    html = viewer_client.get("/workers/").content.decode()
+    assert "badge-worker-lost" in html
+    assert " of 2 sync" not in html and " of 20 async" not in html
+
+
 # Safety of the output.
 
 
