@@ -334,6 +334,19 @@ def reports_steps(context, folder, steps):
 
 
 @task(backoff=NO_WAIT, takes_context=True)
+def reports_then_fails_once(context, folder):
+    """Attempt 1 reports 5 of 10 and fails; attempt 2 marks `folder`/second, waits for
+    `folder`/go, then reports 1 of 1."""
+    if context.attempt == 1:
+        context.progress(5, 10, "first attempt")
+        raise ValueError("first attempt fails")
+    (Path(folder) / "second").touch()
+    _wait_for_file(Path(folder) / "go")
+    context.progress(1, 1, "second attempt")
+    return "second"
+
+
+@task(backoff=NO_WAIT, takes_context=True)
 def logs_lines(context, count, fail=False):
     """Logs `count` numbered lines (and fails after them when `fail`)."""
     for i in range(1, count + 1):

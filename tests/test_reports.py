@@ -77,6 +77,21 @@ def test_progress_read_through_the_api_moves_while_the_job_runs_and_ends_at_its_
     assert lines == ["at step 0", "at step 1", "at step 2"]
 
 
+def test_a_retried_job_shows_no_progress_of_its_failed_attempt_while_the_next_one_runs(
+    spawn_worker, reader_headers, tmp_path
+):
+    jid = job_id(tasks.reports_then_fails_once.using(max_attempts=2).enqueue(str(tmp_path)))
+    spawn_worker("--concurrency", "1")
+    wait_for(lambda: (tmp_path / "second").exists(), timeout=30, what="the second attempt")
+    job = api_job(reader_headers, jid)
+    assert (job["state"], job["attempt"]) == (JobState.RUNNING, 2)
+    assert job["progress"] is None
+    (tmp_path / "go").touch()
+    assert finished(jid) == JobState.SUCCEEDED
+    final = api_job(reader_headers, jid)["progress"]
+    assert (final["done"], final["total"], final["message"]) == (1, 1, "second attempt")
+
+
 def test_every_line_of_a_short_job_is_kept_with_its_attempt_also_when_it_fails(
     spawn_worker, reader_headers
 ):

@@ -107,9 +107,10 @@ class Engine(RunAfter):
         )
 
     def claim_sets(self) -> str:
-        """The assignments of a claim: running, one more attempt, a fresh lease."""
+        """The assignments of a claim: running, one more attempt, a fresh lease, and no
+        progress until this attempt reports its own."""
         return (
-            f"state = {sql_state(JobState.RUNNING)}, attempt = attempt + 1, "
+            f"state = {sql_state(JobState.RUNNING)}, attempt = attempt + 1, progress = NULL, "
             f"lease_id = {self.uuid_param}, "
             f"lease_expires_at = {self.after('%s')}, started_at = {self.now}, worker_id = %s"
         )
