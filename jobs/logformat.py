@@ -9,6 +9,7 @@ have the event "log". An exception's traceback comes as `traceback`.
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 
 from .states import JobState
@@ -41,13 +42,33 @@ class JsonFormatter(logging.Formatter):
 
 def use_json(logger_name: str = "jobs") -> None:
     """Write `logger_name`'s records as JSON lines: its handlers' formatter is replaced (a
-    stderr handler is added where it has none)."""
+    stderr handler is added where it has none). So is that of every other handler writing to
+    this process's standard error or output, Python's last resort included: a log collector
+    reading the worker's output gets JSON from Django's own loggers and the tasks' libraries
+    too, not a plain line among the objects."""
     logger = logging.getLogger(logger_name)
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
         logger.propagate = False
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
+    for handler in _console_handlers():
+        handler.setFormatter(JsonFormatter())
+
+
+def _console_handlers() -> list[logging.Handler]:
+    console = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    loggers = [logging.getLogger()] + [
+        x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)
+    ]
+    found = [h for x in loggers for h in x.handlers]
+    if logging.lastResort is not None:
+        found.append(logging.lastResort)
+    return [
+        h
+        for h in found
+        if isinstance(h, logging.StreamHandler) and any(h.stream is c for c in console if c)
+    ]
 
 
 def finish_fields(finish, claimed) -> dict:

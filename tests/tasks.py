@@ -1,6 +1,7 @@
 """Tasks the tests enqueue; the worker subprocess imports them from here."""
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -344,6 +345,12 @@ def reports_then_fails_once(context, folder):
     _wait_for_file(Path(folder) / "go")
     context.progress(1, 1, "second attempt")
     return "second"
+
+
+@task(backoff=NO_WAIT)
+def logs_elsewhere(text):
+    """Logs `text` as a warning through a logger no one configured, as a library would."""
+    logging.getLogger("tests.elsewhere").warning(text)
 
 
 @task(backoff=NO_WAIT, takes_context=True)

@@ -1,8 +1,9 @@
 """`worker --log-format json`: every line a JSON object with the documented keys."""
 
 import json
+import logging
+import sys
 
-import django
 import pytest
 
 from jobs.logformat import FIELDS
@@ -13,11 +14,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 KEYS = {"time", "level", "event", *FIELDS}
 
 
-@pytest.mark.skipif(
-    django.VERSION < (6, 0),
-    reason="the django-tasks backport's executor logs a failed task as a plain line of its own "
-    "(logger django_tasks), outside --log-format json",
-)
 def test_every_line_of_a_json_worker_parses_and_carries_the_documented_keys(run_worker):
     ok = tasks.add.enqueue(1, 2).id
     flaky = tasks.flaky.enqueue("json-flaky").id
@@ -59,6 +55,38 @@ def test_a_tasks_own_log_lines_follow_the_workers_format_and_level(run_worker):
     quiet = run_worker("--log-level", "ERROR")
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert "a warning under --log-level ERROR" not in quiet.stderr
+
+
+def test_lines_of_loggers_the_project_left_unconfigured_come_out_as_json_too(run_worker):
+    tasks.logs_elsewhere.enqueue("a library's own warning")
+    proc = run_worker("--log-format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    (line,) = [x for x in lines if x["message"] == "a library's own warning"]
+    assert (line["level"], line["event"]) == ("warning", "log")
+
+
+def test_a_console_handler_of_the_project_writes_json_lines_once_json_is_asked_for(capsys):
+    from jobs.logformat import use_json
+
+    logger = logging.getLogger("tests.project_console")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    jobs_formatters = [h.formatter for h in logging.getLogger("jobs").handlers]
+    last_resort = logging.lastResort.formatter if logging.lastResort else None
+    try:
+        use_json()
+        logger.warning("Task id=1 state=FAILED")
+    finally:
+        logger.removeHandler(handler)
+        for h, f in zip(logging.getLogger("jobs").handlers, jobs_formatters, strict=True):
+            h.setFormatter(f)
+        if logging.lastResort:
+            logging.lastResort.setFormatter(last_resort)
+    line = json.loads(capsys.readouterr().err)
+    assert (line["level"], line["message"]) == ("warning", "Task id=1 state=FAILED")
 
 
 def test_a_log_format_other_than_text_or_json_is_refused(manage):
