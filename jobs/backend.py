@@ -20,6 +20,7 @@ from .compat import (
     reaches_anyone,
     task_enqueued,
 )
+from .db.sql import UPSTREAM_FAILED, UPSTREAM_FAILED_MESSAGE
 from .errors import DuplicateJob
 from .names import check_queue_name
 from .states import JobState
@@ -178,12 +179,16 @@ class JobsBackend(BaseTaskBackend):
                     row["parent_id"], row["state"] = self._continuation_state(after)
                     if row["state"] == JobState.SCHEDULED:
                         row["waiting_for"] = 1
+                    if row["state"] == JobState.CANCELLED:  # its parent had already failed
+                        row["error_type"] = UPSTREAM_FAILED
+                        row["error_message"] = UPSTREAM_FAILED_MESSAGE
                     self._insert(row)
-                    if row["state"] == JobState.SCHEDULED:
-                        # The one-parent case of a workflow's edges (jobs.db: "run after").
-                        db.link([(row["id"], row["parent_id"])])
+                    # The one-parent case of a workflow's edges (jobs.db: "run after"), stored
+                    # whatever the parent's state: the child reads its parent's value through
+                    # it, and a retry of a failed parent re-arms the child through it.
+                    db.link([(row["id"], row["parent_id"])])
                     if row["state"] == JobState.CANCELLED:
-                        db.add_counters({"jobs_cancelled": 1})  # its parent had already failed
+                        db.add_counters({"jobs_cancelled": 1})
         result = self._result_from_row(task, row)
         if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
             task_enqueued.send(type(self), task_result=result)

@@ -209,6 +209,26 @@ def test_a_continuation_of_a_dead_parent_counts_as_cancelled():
     assert CounterDelta.objects.totals().get("jobs_cancelled") == 1
 
 
+def test_a_continuation_of_a_succeeded_parent_reads_its_parents_value():
+    from jobs.workflows import upstream_values
+
+    parent = make_job(JobState.SUCCEEDED, return_value=4)
+    child = tasks.add.using(after=parent.id).enqueue(2, 2)
+    assert upstream_values(child.id) == {"add": 4}
+
+
+def test_a_continuation_of_a_dead_parent_says_why_and_is_re_armed_when_the_parent_is_retried():
+    from jobs import actions
+
+    parent = make_job(JobState.DEAD_LETTER)
+    child = tasks.add.using(after=parent.id).enqueue(2, 2)
+    job = Job.objects.get(id=child.id)
+    assert (job.error_type, job.error_message) == ("ParentFailed", "its parent job did not succeed")
+    assert actions.retry(parent.id)
+    job.refresh_from_db()
+    assert (job.state, job.waiting_for) == (JobState.SCHEDULED, 1)
+
+
 def test_a_continuation_of_an_unknown_job_is_refused():
     with pytest.raises(ValueError, match="does not exist"):
         tasks.add.using(after=uuid.uuid4()).enqueue(1, 1)

@@ -19,7 +19,16 @@ from ..states import (
     TERMINAL,
     JobState,
 )
-from .sql import BATCH_CALLBACKS, DEPENDENCY, JOB, UPSTREAM_FAILED, parse_uuid, sql_in, sql_state
+from .sql import (
+    BATCH_CALLBACKS,
+    DEPENDENCY,
+    JOB,
+    UPSTREAM_FAILED,
+    UPSTREAM_FAILED_MESSAGE,
+    parse_uuid,
+    sql_in,
+    sql_state,
+)
 
 
 class RunAfter:
@@ -122,7 +131,7 @@ class RunAfter:
                 c.execute(
                     f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
                     f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
-                    "error_message = 'its parent job did not succeed' "
+                    f"error_message = '{UPSTREAM_FAILED_MESSAGE}' "
                     f"WHERE state = {sql_state(JobState.SCHEDULED)} "
                     f"AND runs_on_upstream_failure = FALSE AND id IN "
                     f"(SELECT downstream_id FROM {DEPENDENCY} WHERE upstream_id IN ({upstreams})) "
@@ -182,7 +191,7 @@ class RunAfter:
                 cursor.execute(
                     f"UPDATE {JOB} SET state = {sql_state(JobState.CANCELLED)}, "
                     f"finished_at = {self.now}, error_type = '{UPSTREAM_FAILED}', "
-                    "error_message = 'its parent job did not succeed' "
+                    f"error_message = '{UPSTREAM_FAILED_MESSAGE}' "
                     f"WHERE id IN ({doomed_ids}) AND state = {sql_state(JobState.SCHEDULED)} "
                     "AND runs_on_upstream_failure = FALSE RETURNING id",
                     doomed_params,
