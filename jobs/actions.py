@@ -426,6 +426,14 @@ def _cancel(job_ids) -> tuple[int, int]:
         )
         db.cancel_continuations(waiting)
         db.add_counters({"jobs_cancelled": len(waiting)})
+    # A job claimed while the locking read above waited for its row (PostgreSQL rereads it
+    # as running once the claim commits) is neither of the two: it is asked to stop as well.
+    rest = set(job_ids) - set(running) - set(waiting)
+    if rest:
+        claimed = _held_in(rest, [JobState.RUNNING])
+        asked += Job.objects.filter(id__in=claimed, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now
+        )
     return len(waiting), asked
 
 

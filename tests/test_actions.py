@@ -1,3 +1,4 @@
+import time
 import uuid
 from datetime import timedelta
 from functools import partial
@@ -11,7 +12,7 @@ from jobs import actions
 from jobs.models import Attempt, AuditEntry, CounterDelta, Job
 from jobs.states import TERMINAL, JobState
 from tests import tasks
-from tests.concurrency import at_once
+from tests.concurrency import at_once, holding_meanwhile
 from tests.factories import add_attempts, make_job
 
 pytestmark = pytest.mark.django_db
@@ -446,3 +447,28 @@ def test_rerun_with_bad_arguments_is_a_clear_error_and_creates_nothing(args, kwa
         actions.rerun(job.id, args=args, kwargs=kwargs)
     assert Job.objects.count() == 1
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_waiting_for_a_claim_of_its_job_asks_the_claimed_job_to_stop():
+    job = make_job(JobState.PENDING)
+
+    def claim_as_a_worker_does(holding):
+        now = timezone.now()
+        Job.objects.filter(id=job.id).update(
+            state=JobState.RUNNING,
+            attempt=1,
+            lease_id=uuid.uuid4(),
+            started_at=now,
+            worker_id="w-test",
+            lease_expires_at=now + timedelta(seconds=60),
+        )
+        holding.set()
+        time.sleep(0.5)
+
+    with holding_meanwhile(claim_as_a_worker_does) as errors:
+        result = actions.cancel_job(job.id)
+    assert errors == []
+    assert (result.changed, result.message) == (True, "cancel requested; the worker will stop the job")
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.cancel_requested_at is not None

@@ -462,11 +462,12 @@ def test_a_job_released_unstarted_goes_back_as_it_was(engine):
     (c,) = claim()
     db.finish([finished(c, JobState.PENDING, None)])
     job = Job.objects.get(id=c.id)
-    assert (job.state, job.attempt, job.started_at, job.lease_id) == (
+    assert (job.state, job.attempt, job.started_at, job.lease_id, job.worker_id) == (
         JobState.PENDING,
         0,
         None,
         None,
+        "",  # no worker holds it: the console must not name one
     )
     assert not Attempt.objects.exists()
     assert counters_but_enqueued() == {}

@@ -289,6 +289,8 @@ class Engine(RunAfter):
             started_at = CASE WHEN v.new_state = {pending} AND {JOB}.attempt = 1
                                    AND v.snoozed = 0 THEN NULL
                               ELSE {JOB}.started_at END,
+            worker_id = CASE WHEN v.new_state = {pending} AND v.snoozed = 0 THEN ''
+                             ELSE {JOB}.worker_id END,
             snoozes = {JOB}.snoozes + v.snoozed,
             max_attempts = CASE WHEN {gives_back} THEN {JOB}.max_attempts + 1
                                 ELSE {JOB}.max_attempts END,
