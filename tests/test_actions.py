@@ -469,6 +469,7 @@ def test_a_cancel_waiting_for_a_claim_of_its_job_asks_the_claimed_job_to_stop():
     with holding_meanwhile(claim_as_a_worker_does) as errors:
         result = actions.cancel_job(job.id)
     assert errors == []
-    assert (result.changed, result.message) == (True, "cancel requested; the worker will stop the job")
+    assert result.changed
+    assert result.message == "cancel requested; the worker will stop the job"
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.cancel_requested_at is not None
