@@ -166,6 +166,8 @@ class LimitForm(forms.Form):
     def clean(self):
         data = super().clean()
         count, seconds = data.get("rate_count"), data.get("rate_seconds")
+        if "rate_count" in self.errors or "rate_seconds" in self.errors:
+            return data  # a value refused on its own: already said
         if (count is None) != (seconds is None):
             raise forms.ValidationError("a rate needs both its number of starts and its seconds")
         return data

@@ -1,6 +1,6 @@
 """The JSON API of flow-control limits: list them; override one, or clear its override."""
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 
 from jobs import limits
 from jobs.limit_spec import LimitError
@@ -23,11 +23,18 @@ def limit_list(request):
 @api_view("POST", "DELETE", operate=True)
 def limit_detail(request, name):
     refuse_parameters(request)
+    cleared = False
     try:
         if request.method == "DELETE":
-            limits.clear_limit(name, user=request.user, source=SOURCE)
+            cleared = limits.clear_limit(name, user=request.user, source=SOURCE)
         else:
             body = json_body(request, ("concurrency", "rate"))
+            if not body:
+                # An empty body would lift the limit for every worker: said, never assumed.
+                return error(
+                    400,
+                    'give "concurrency" and/or "rate" (null lifts that part of the limit)',
+                )
             limits.set_limit(
                 name,
                 concurrency=body.get("concurrency"),
@@ -38,6 +45,8 @@ def limit_detail(request, name):
     except LimitError as e:
         return error(400, str(e))
     row = limit_row(name)
+    if row is None and cleared:
+        return HttpResponse(status=204)  # the override was the whole limit: none is left
     if row is None:
         return error(404, "no such limit: it is neither in LIMITS nor overridden")
     return JsonResponse(limit_json(row))

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from jobs import actions, attempt_log, limit_usage
-from jobs.models import Job
-from jobs.states import JobState
+from jobs.models import Job, PausedQueue
+from jobs.states import CLAIMABLE, JobState
 
 from . import openapi, queries, queue_rows, task_stats, worker_rows
 from .api_docs import api_docs as read_api_docs
@@ -72,6 +72,7 @@ def job_page(request, job, *, edit_form=None, status=200):
         "job": job,
         "due_later": actions.due_later(job),
         "held_by": limit_usage.holding(job),
+        "paused_queue": _paused_queue(job),
         "attempts": queries.job_attempts(job),
         "logs": attempt_log.read_all(job.id),
         "lineage": queries.job_lineage(job),
@@ -80,6 +81,13 @@ def job_page(request, job, *, edit_form=None, status=200):
         "since_retry": _since_retry(request, job),
     }
     return render_page(request, "dashboard/job_detail.html", "job", context, status=status)
+
+
+def _paused_queue(job):
+    """The pause of the job's queue, when it is what keeps the job (due or not) from a worker."""
+    if job.state not in CLAIMABLE:
+        return None
+    return PausedQueue.objects.filter(name=job.queue_name).first()
 
 
 def _edit_form_for(job):

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs.models import AuditEntry, Job, LimitOverride
+from jobs.models import AuditEntry, Job, LimitOverride, PausedQueue
 from jobs.states import JobState
 from tests.factories import make_job
 from tests.test_api_support import bearer, token_for
@@ -135,7 +135,23 @@ def test_a_new_limit_can_be_set_at_runtime_and_clearing_it_removes_it(client, op
     )
     assert response.status_code == 200 and response.json()["source"] == "override"
     response = client.delete("/api/v1/limits/task:tests.tasks.record", headers=operator_token)
+    assert response.status_code == 204
+    assert not LimitOverride.objects.exists()
+    response = client.delete("/api/v1/limits/task:tests.tasks.record", headers=operator_token)
     assert response.status_code == 404
+
+
+def test_the_api_refuses_a_post_that_names_neither_concurrency_nor_rate(client, operator_token):
+    for body in ["", "{}"]:
+        response = client.post(
+            "/api/v1/limits/key:tenant-*",
+            body,
+            content_type="application/json",
+            headers=operator_token,
+        )
+        assert response.status_code == 400
+        assert "concurrency" in response.json()["error"]
+    assert not LimitOverride.objects.exists()
 
 
 # --- the console -----------------------------------------------------------------------------
@@ -172,6 +188,27 @@ def test_the_form_sets_a_limit_and_refuses_a_half_rate(client, operator):
     assert response.status_code == 302 and not LimitOverride.objects.exists()
 
 
+def test_the_form_names_only_the_field_it_refuses(client, operator):
+    client.force_login(operator)
+    for seconds in ["nan", "inf"]:
+        response = client.post(
+            "/limits/set/", {"name": "queue:emails", "rate_count": "5", "rate_seconds": seconds}
+        )
+        assert response.status_code == 400
+        assert "needs both" not in response.content.decode()
+    assert not LimitOverride.objects.exists()
+
+
+def test_clearing_an_override_that_was_the_whole_limit_says_no_limit_is_left(client, operator):
+    from jobs.limits import set_limit
+
+    set_limit("key:partner-*", concurrency=1)
+    client.force_login(operator)
+    response = client.post("/limits/clear/", {"name": "key:partner-*"}, follow=True)
+    html = response.content.decode()
+    assert "no such limit is set any more" in html and "the setting applies again" not in html
+
+
 def test_a_held_jobs_page_says_what_holds_it(client, operator):
     held = tenant_at_its_limit()
     free = make_job(limit_key="other", run_after=due_ago())
@@ -184,6 +221,27 @@ def test_a_held_jobs_page_says_what_holds_it(client, operator):
 
 
 # --- metrics ---------------------------------------------------------------------------------
+
+
+def test_a_jobs_page_shows_its_limit_key(client, operator):
+    job = make_job(limit_key="tenant-7")
+    client.force_login(operator)
+    html = client.get(f"/jobs/{job.id}/").content.decode()
+    assert '<dt>Limit key</dt><dd class="mono">tenant-7</dd>' in html
+
+
+def test_a_waiting_jobs_page_says_its_queue_is_paused_and_by_whom(client, operator):
+    from jobs import queues
+
+    held = make_job(queue_name="webhooks", run_after=due_ago())
+    done = make_job(JobState.SUCCEEDED, queue_name="webhooks")
+    PausedQueue.objects.create(name="webhooks", paused_by="circuit breaker")
+    client.force_login(operator)
+    html = client.get(f"/jobs/{held.id}/").content.decode()
+    assert "waiting for queue" in html and "to be resumed: paused by the circuit breaker" in html
+    assert "waiting for queue" not in client.get(f"/jobs/{done.id}/").content.decode()
+    queues.resume("webhooks")
+    assert "waiting for queue" not in client.get(f"/jobs/{held.id}/").content.decode()
 
 
 def test_metrics_show_each_limits_running_and_waiting_jobs_and_the_snoozes(client, reader_token):
