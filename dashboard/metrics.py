@@ -34,7 +34,7 @@ COUNTERS = {
     "jobs_dead_lettered": "Jobs that became dead letters.",
     "jobs_recovered": "Jobs rescued from workers that stopped renewing their lease.",
     "jobs_cancelled": "Jobs cancelled.",
-    "jobs_snoozed": "Attempts given back by Snooze (the job runs again later).",
+    "jobs_snoozed": "Attempts that ended in a Snooze (one past MAX_SNOOZES dead-letters its job).",
 }
 STATES = [state.value for state in JobState]
 # Due jobs are counted through the claim index up to this many per queue (an autoscaler needs

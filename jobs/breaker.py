@@ -2,8 +2,9 @@
 
 `pause_after_failures: [n, seconds]` on a `queue:` entry of LIMITS pauses that queue — the
 same pause as an operator's (jobs.queues), audited as the circuit breaker's — once n of its
-attempts failed within the last `seconds`. Resuming is an operator's act. Workers check after
-recording failed attempts of a queue that has a breaker; nothing is read otherwise.
+attempts failed within the last `seconds`. Resuming is an operator's act, and only failures
+after it count towards the next trip. Workers check after recording failed attempts of a queue
+that has a breaker; nothing is read otherwise.
 """
 
 import logging
@@ -13,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from .models import Attempt, AuditEntry, PausedQueue
+from .queues import RESUMED
 from .states import FAILED_ATTEMPT
 
 logger = logging.getLogger("jobs.worker")
@@ -21,8 +23,18 @@ PAUSED_BY = "circuit breaker"
 
 
 def failures_within(queue: str, seconds: float, cap: int) -> int:
-    """Failed attempts of `queue` finished within the last `seconds`, counted up to `cap`."""
+    """Failed attempts of `queue` finished within the last `seconds` and since the queue was
+    last resumed, counted up to `cap`: the failures that tripped the breaker before an
+    operator's resume do not trip it again."""
     since = timezone.now() - timedelta(seconds=seconds)
+    resumed = (
+        AuditEntry.objects.filter(action=RESUMED, subject=queue)
+        .order_by("-id")
+        .values_list("at", flat=True)
+        .first()
+    )
+    if resumed is not None and resumed > since:
+        since = resumed
     recent = Attempt.objects.filter(
         finished_at__gte=since, outcome__in=sorted(FAILED_ATTEMPT), job__queue_name=queue
     )

@@ -26,6 +26,10 @@ LAST_HOUR_CAP = 10_000
 LAST_HOUR_SAMPLE = 1_000
 
 
+# The audit action of a resume (the circuit breaker counts failures from the last one).
+RESUMED = "resume queue"
+
+
 def _audit(name, action, outcome, **audit):
     AuditEntry.record(subject=name, action=action, outcome=outcome, **audit)
 
@@ -56,7 +60,7 @@ def resume(name: str, *, user=None, source="python") -> bool:
     with transaction.atomic():
         deleted, _ = PausedQueue.objects.filter(name=name).delete()
         if deleted:
-            _audit(name, "resume queue", "queue resumed", user=user, source=source)
+            _audit(name, RESUMED, "queue resumed", user=user, source=source)
     if deleted:
         db.notify_workers()
     return bool(deleted)

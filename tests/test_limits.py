@@ -307,6 +307,25 @@ def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_th
     assert queues.paused()["hooks"].paused_by == "circuit breaker"
 
 
+def test_the_breaker_counts_only_failures_after_an_operator_resumed_the_queue():
+    from jobs import breaker, queues
+    from jobs.models import Attempt
+
+    def fail_once():
+        job = make_job(JobState.DEAD_LETTER, queue_name="hooks")
+        Attempt.objects.create(job=job, number=1, outcome="failed", finished_at=timezone.now())
+
+    with with_limits({"queue:hooks": {"pause_after_failures": [2, 60]}}):
+        fail_once()
+        fail_once()
+        assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
+        assert queues.resume("hooks")
+        fail_once()
+        assert breaker.trip({"hooks"}, in_force()) == []
+        fail_once()
+        assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
+
+
 def test_a_job_under_a_rate_limit_far_from_it_may_begin_within_a_window_and_near_it_at_once():
     due(5, queue_name="api")
     due(1, queue_name="free")
