@@ -18,7 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from jobs import db
-from jobs.models import Attempt, CounterDelta, Job, PausedQueue
+from jobs.models import Attempt, AuditEntry, CounterDelta, Job, PausedQueue
 from jobs.payload import checked_arguments
 from jobs.states import FAILED_ATTEMPT, AttemptOutcome, DeadLetterReason, JobState
 from tests.conftest import ROOT
@@ -360,6 +360,15 @@ def test_finish_dead_letters_and_cancels_the_continuations(engine):
         continuation.refresh_from_db()
         assert continuation.state == JobState.CANCELLED
         assert continuation.error_type == "ParentFailed"
+        (entry,) = AuditEntry.objects.filter(job=continuation)
+        assert (entry.action, entry.source, entry.username, entry.task_path) == (
+            "cancel",
+            "workflow",
+            "",
+            continuation.task_path,
+        )
+        assert entry.outcome == "job cancelled: its parent job did not succeed"
+        assert abs((entry.at - timezone.now()).total_seconds()) < 60
     assert counters_but_enqueued() == {
         "jobs_failed": 1,
         "jobs_dead_lettered": 1,

@@ -20,6 +20,7 @@ from ..states import (
     JobState,
 )
 from .sql import (
+    AUDIT,
     BATCH_CALLBACKS,
     DEPENDENCY,
     JOB,
@@ -139,6 +140,7 @@ class RunAfter:
                     params,
                 )
                 frontier = [parse_uuid(r[0]) for r in c.fetchall()]
+                self.audit_cancelled(c, frontier)
                 total += len(frontier)
             self.add_counters({"jobs_cancelled": total}, cursor=c)
             return total
@@ -147,6 +149,20 @@ class RunAfter:
             return run(cursor)
         with connection.cursor() as c:
             return run(c)
+
+    def audit_cancelled(self, cursor, job_ids) -> None:
+        """An audit entry for each job cancelled because a job it waited for did not succeed:
+        the engine's act, so its page and the audit log say who cancelled it."""
+        if not job_ids:
+            return
+        ids, params = self._ids_param(job_ids)
+        cursor.execute(
+            f"INSERT INTO {AUDIT} (username, action, source, outcome, at, job_id, request_key, "
+            "subject, task_path, detail) "
+            f"SELECT '', 'cancel', 'workflow', 'job cancelled: {UPSTREAM_FAILED_MESSAGE}', "
+            f"{self.now}, id, '', '', task_path, '{{}}' FROM {JOB} WHERE id IN ({ids})",
+            params,
+        )
 
     def link(self, edges, *, cursor=None) -> None:
         """Store (downstream, upstream) job id pairs."""
@@ -197,6 +213,7 @@ class RunAfter:
                     doomed_params,
                 )
                 cancelled = [parse_uuid(r[0]) for r in cursor.fetchall()]
+                self.audit_cancelled(cursor, cancelled)
                 self.add_counters({"jobs_cancelled": len(cancelled)}, cursor=cursor)
                 n += len(cancelled) + self.cancel_continuations(cancelled, cursor=cursor)
             # Waiting for nothing at all: released as the recount finds it.

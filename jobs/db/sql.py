@@ -23,6 +23,9 @@ BATCH_CALLBACKS = ("batch.on_success", "batch.on_finish")
 # Why a job waiting for others was cancelled: one of them ended unsuccessfully.
 UPSTREAM_FAILED = "ParentFailed"
 UPSTREAM_FAILED_MESSAGE = "its parent job did not succeed"
+# Where the engine audits what it did on its own (jobs.models.AuditEntry): the nodes a failed
+# upstream job cancelled.
+AUDIT = "jobs_auditentry"
 # Queues nobody claims from (jobs.queues); a handful of rows at most.
 PAUSED = "jobs_pausedqueue"
 # Flow control's rate starts (jobs.models.LimitStart, jobs.db.limited).
