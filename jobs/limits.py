@@ -97,6 +97,9 @@ class Limits:
         self._buckets: dict[tuple, tuple[Bucket, ...]] = {}
         self._budgets: dict[str, Bucket] = {}
         self._turns_at = 0.0
+        # Do pending or retrying jobs carry limit keys while no key: limit is in force? Their
+        # keys take turns all the same (set by LimitsCache, which looks when it re-reads).
+        self.keyed_waiting = False
         # Which claim of this worker last took a job of each limit key (jobs.db.limited's
         # turns go to the keys served longest ago first), and how many claims took any.
         self.served: dict[str, int] = {}
@@ -186,13 +189,18 @@ class Limits:
         for key in keys:
             self.served[key] = self.claims_served
 
+    @property
+    def takes_turns(self) -> bool:
+        """Do limit keys take turns in claims (a key: limit is in force, or keyed jobs wait)?"""
+        return bool(self.keys) or self.keyed_waiting
+
     def turns_pending(self) -> bool:
         """Would turns_due say yes now (without taking the turn)?"""
-        return bool(self.keys) and time.monotonic() >= self._turns_at
+        return self.takes_turns and time.monotonic() >= self._turns_at
 
     def turns_due(self) -> bool:
         """Should this claim read each key's first jobs (at most every TURNS_EVERY)?"""
-        if not self.keys:
+        if not self.takes_turns:
             return False
         now = time.monotonic()
         if now < self._turns_at:
@@ -272,6 +280,10 @@ class LimitsCache:
         now = time.monotonic()
         if self.limits is None or now - self.read_at >= self.refresh_seconds:
             fresh = in_force(self.backend_alias)
+            if not fresh.keys:
+                from . import db
+
+                fresh.keyed_waiting = db.engine().keyed_jobs_waiting()
             if self.limits is not None:
                 # The turns between keys go on round where they were.
                 fresh.served, fresh.claims_served = self.limits.served, self.limits.claims_served

@@ -246,6 +246,28 @@ def test_limit_keys_take_turns_when_no_limit_is_reached():
     assert len(ids & {j.id for j in big}) == 4
 
 
+@pytest.mark.parametrize(
+    "limits", [{}, {"queue:other": {"concurrency": 5}}], ids=["no limits", "a queue limit only"]
+)
+def test_limit_keys_take_turns_without_a_key_limit_in_force(limits):
+    old = timezone.now() - timedelta(minutes=10)
+    big = due(60, limit_key="tenant-big", run_after=old)
+    small = due(5, limit_key="tenant-small")
+    with with_limits(limits):
+        claimed = claim(limit=8)
+    ids = {c.id for c in claimed}
+    assert len(ids & {j.id for j in small}) == 4
+    assert len(ids & {j.id for j in big}) == 4
+
+
+def test_without_keyed_jobs_and_limits_a_claim_stays_one_statement(django_assert_max_num_queries):
+    due(5)
+    cache = LimitsCache()
+    cache.current()  # the limits and whether keyed jobs wait: read once per refresh
+    with django_assert_max_num_queries(1):
+        assert len(claim_with(cache)) == 5
+
+
 def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monkeypatch):
     # A worker whose executors are all busy claims one job at a time: the key with the oldest
     # job took every claim, so a newer key waited behind its whole backlog.

@@ -211,7 +211,7 @@ class Engine(RunAfter):
         rate limit are taken only up to it, as they must begin at once.
         """
         in_force = limits.current() if limits is not None else None
-        if in_force is None or not in_force.limits_claims:
+        if in_force is None or not (in_force.limits_claims or in_force.takes_turns):
             return self.claim(**claim_args)
         from .limited import claim_limited
 
@@ -224,6 +224,15 @@ class Engine(RunAfter):
     def key_source(self) -> str:
         """The table flow control's turns read each limit key's due jobs from."""
         return JOB
+
+    def keyed_jobs_waiting(self) -> bool:
+        """Does a pending or retrying job carry a limit key (one read of the keys' index)?"""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM {self.key_source()} WHERE limit_key IS NOT NULL "
+                f"AND state IN ({sql_in(CLAIMABLE)}) LIMIT 1"
+            )
+            return cursor.fetchone() is not None
 
     def in_list(self, column: str) -> str:
         """`column` is one of the values of a list_value parameter."""

@@ -36,7 +36,8 @@ make there as one row (`starts` of them, at the latest of their moments, no job 
 neither given back nor brought forward, so they count at most a window and a slack, which still
 never counts a start too few.
 
-Turns between limit keys: while a `key:` limit is in force, the first round also reads the
+Turns between limit keys: while a `key:` limit is in force, or jobs with a limit key wait
+without one (their claims come here then, with no budget to count), the first round also reads the
 first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
 KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
 priority are taken one per key in turn (the first job
@@ -340,7 +341,7 @@ class LimitedClaim:
             left_out = len(self.room.full) + len(self.room.passed)
             rows = self.candidates(asked, taken)
             read_all = len(rows) < asked
-            if self.limits.keys:
+            if self.limits.takes_turns:
                 heads = self.key_heads(taken) if round == 0 and self.limits.turns_due() else []
                 rows = in_turns(rows, heads, self.limits.served)
             budgets = {row[0]: self.limits.buckets(row[1], row[2], row[3]) for row in rows}
