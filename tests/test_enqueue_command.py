@@ -111,6 +111,7 @@ def test_a_task_or_value_that_cannot_be_enqueued_is_an_error_with_exit_code_2(ar
         ["--run-after", "+1" + "0" * 400 + "s"],
         ["--priority", "1000"],
         ["--max-attempts", "0"],
+        ["1" * 5000],
     ],
 )
 def test_bad_options_are_refused_before_anything_is_stored(args):

@@ -21,6 +21,7 @@ from jobs.retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 USAGE_ERROR = 2
 RELATIVE = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+INTEGER = re.compile(r"-?\d+")
 
 
 def json_or_text(value):
@@ -28,6 +29,12 @@ def json_or_text(value):
     try:
         return json.loads(value)
     except ValueError:
+        if INTEGER.fullmatch(value.strip()):
+            # Python's own limit on an integer's digits: a number, too long to take as one.
+            raise argparse.ArgumentTypeError(
+                f"{value[:20]}... is a number of {len(value.strip()):,} digits, more than a "
+                "job argument may hold; give it as a JSON string ('\"123...\"') to pass text"
+            ) from None
         return value
 
 
