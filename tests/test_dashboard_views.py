@@ -904,3 +904,13 @@ def test_dead_letter_retried_from_the_console_succeeds_when_a_worker_runs(
     html = client.get(reverse("dashboard:job", args=[job.id])).content.decode()
     assert "Attempt 4" in html and "badge-outcome-succeeded" in html
     assert "Retry" not in buttons_in(html) and "Rerun" in buttons_in(html)
+
+
+def test_a_running_job_whose_lease_lapsed_says_its_worker_is_gone(operator_client):
+    lapsed = make_job(JobState.RUNNING)
+    Job.objects.filter(id=lapsed.id).update(lease_expires_at=timezone.now() - timedelta(seconds=8))
+    held = make_job(JobState.RUNNING)
+    html = operator_client.get(f"/jobs/{lapsed.id}/").content.decode()
+    assert "stopped renewing the lease" in html and "WorkerLost" in html
+    html = operator_client.get(f"/jobs/{held.id}/").content.decode()
+    assert "stopped renewing the lease" not in html
