@@ -74,17 +74,16 @@ def test_a_console_handler_of_the_project_writes_json_lines_once_json_is_asked_f
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
-    jobs_formatters = [h.formatter for h in logging.getLogger("jobs").handlers]
-    last_resort = logging.lastResort.formatter if logging.lastResort else None
+    every = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    handlers = [h for x in every for h in getattr(x, "handlers", [])] + [logging.lastResort]
+    formatters = [(h, h.formatter) for h in handlers if h is not None]
     try:
         use_json()
         logger.warning("Task id=1 state=FAILED")
     finally:
         logger.removeHandler(handler)
-        for h, f in zip(logging.getLogger("jobs").handlers, jobs_formatters, strict=True):
+        for h, f in formatters:
             h.setFormatter(f)
-        if logging.lastResort:
-            logging.lastResort.setFormatter(last_resort)
     line = json.loads(capsys.readouterr().err)
     assert (line["level"], line["message"]) == ("warning", "Task id=1 state=FAILED")
 
