@@ -109,6 +109,24 @@ def test_enqueue_stores_every_node_waiting_for_its_upstream_nodes():
     assert CounterDelta.objects.totals() == {"jobs_enqueued": 4}
 
 
+def test_a_workflow_enqueued_in_a_rolled_back_transaction_can_be_enqueued_again_but_not_twice():
+    from django.db import transaction
+
+    wf, *_ = diamond()
+
+    class RolledBack(Exception):
+        pass
+
+    with pytest.raises(RolledBack), transaction.atomic():
+        wf.enqueue()
+        raise RolledBack
+    assert not WorkflowRecord.objects.exists()
+    workflow_id = wf.enqueue()
+    assert Job.objects.filter(workflow_id=workflow_id).count() == 4
+    with pytest.raises(ValueError, match="already enqueued"):
+        wf.enqueue()
+
+
 def test_a_node_runs_only_once_every_upstream_node_succeeded():
     wf, top, left, right, last = diamond()
     wf.enqueue()

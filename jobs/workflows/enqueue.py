@@ -98,7 +98,9 @@ class Workflow:
     def enqueue(self) -> str:
         """Check the graph, then store every node and edge in one transaction; the id."""
         if self.id is not None:
-            raise ValueError("this workflow was already enqueued")
+            if WorkflowRecord.objects.filter(id=self.id).exists():
+                raise ValueError("this workflow was already enqueued")
+            self.id = None  # the transaction that stored it was rolled back: nothing is left
         nodes = self._all_nodes()
         _check_acyclic(nodes)
         _check_dedup_keys(nodes)
