@@ -268,7 +268,10 @@ def test_without_keyed_jobs_and_limits_a_claim_stays_one_statement(django_assert
         assert len(claim_with(cache)) == 5
 
 
-def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monkeypatch):
+@pytest.mark.parametrize(
+    "declared", [{"key:tenant-*": {"concurrency": 1000}}, {}], ids=["a key limit", "no limit"]
+)
+def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monkeypatch, declared):
     # A worker whose executors are all busy claims one job at a time: the key with the oldest
     # job took every claim, so a newer key waited behind its whole backlog.
     monkeypatch.setattr("jobs.limits.TURNS_EVERY", 0.0)
@@ -278,7 +281,7 @@ def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monk
     # does every few seconds): the turns go on round where they were.
     limits = LimitsCache(refresh_seconds=0.0)
     keys = []
-    with with_limits({"key:tenant-*": {"concurrency": 1000}}):
+    with with_limits(declared):
         for _ in range(6):
             [claimed] = db.claim(
                 worker_id="w-limits", queues=None, limit=1, lease_seconds=60, limits=limits

@@ -211,8 +211,15 @@ class Engine(RunAfter):
         rate limit are taken only up to it, as they must begin at once.
         """
         in_force = limits.current() if limits is not None else None
-        if in_force is None or not (in_force.limits_claims or in_force.takes_turns):
+        if in_force is None:
             return self.claim(**claim_args)
+        if not in_force.limits_claims and not (in_force.takes_turns and in_force.turns_pending()):
+            # No budget to count: between the keys' turns a claim is the one statement, and
+            # only says which keys it served, so that the next turn goes to the others.
+            batch = self.claim(**claim_args)
+            if in_force.takes_turns:
+                in_force.took_keys({c.limit_key for c in batch})
+            return batch
         from .limited import claim_limited
 
         return claim_limited(self, limits=in_force, can_begin=can_begin, **claim_args)
