@@ -130,9 +130,9 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
 
     The jobs that come after none of the others (every job outside workflows, a batch's
     jobs, the failed nodes of most workflows) go back in one statement, and the graph after
-    them is re-armed once for them all. The nodes that come after another of them follow one
-    by one in id order, as single presses do: each retry re-arms the graph around its node as
-    the graph is then (a node and a run-anyway node after it, put back together, would count
+    them is re-armed once for them all. The nodes that come after another of them follow layer
+    by layer, each layer (those no other waiting one comes before) in one statement that
+    re-arms the graph as it is then (a node and a run-anyway node after it, put back together, would count
     the first twice). A job that runs only after an upstream job that did not succeed, and is
     not put back with it, is left as it is, as a single press refuses it. When a dedup_key was
     taken meanwhile, each job is retried or refused on its own, as a single press is. The
@@ -148,17 +148,20 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
             workflows.rearm(back)
             # A node that runs only after a failed one among them waits for that one's turn;
             # one whose failed upstream job is not among them stays as it is.
+            # Layer by layer: those no other waiting one comes before go back together (a
+            # fan-out of cancelled nodes is one statement, not one per node).
             waiting = sorted(later)
             while waiting:
                 blocked = workflows.failed_upstream(waiting)
-                if len(blocked) == len(waiting):
+                ready = [job_id for job_id in waiting if job_id not in blocked]
+                if not ready:
                     break
-                for job_id in waiting:
-                    if job_id not in blocked:
-                        one = _put_back_in_line([job_id])
-                        workflows.rearm(one)
-                        back += one
-                waiting = [job_id for job_id in waiting if job_id in blocked]
+                deeper = workflows.after_others(ready)
+                layer = {job_id for job_id in ready if job_id not in deeper}
+                these = _put_back_in_line(sorted(layer))
+                workflows.rearm(these)
+                back += these
+                waiting = [job_id for job_id in waiting if job_id not in layer]
     except IntegrityError:
         return [job_id for job_id in ids if retry_job(job_id, record=False).changed]
     if back:

@@ -363,6 +363,23 @@ def test_cancel_ends_every_unfinished_node_and_is_audited():
     assert workflows.cancel("not an id") == 0
 
 
+@pytest.mark.parametrize("width", [5, 60])
+def test_retrying_a_cancelled_fan_out_puts_its_nodes_back_layer_by_layer(width):
+    wf = Workflow("fan-out")
+    root = wf.add(tasks.node, "root")
+    leaves = [wf.add(tasks.node, f"leaf-{i}", after=[root]) for i in range(width)]
+    workflow_id = wf.enqueue()
+    assert workflows.cancel(workflow_id) == width + 1
+    with CaptureQueriesContext(connection) as queries:
+        assert workflows.retry_failed(workflow_id) == width + 1
+    assert state(root) == JobState.PENDING
+    assert {state(n) for n in leaves} == {JobState.SCHEDULED}
+    assert {Job.objects.get(id=n.job_id).waiting_for for n in leaves} == {1}
+    # The same statements for 5 leaves as for 60: one layer, not one retry per leaf.
+    if width == 60:
+        assert len(queries) < 60, len(queries)
+
+
 def test_a_batch_retried_to_success_runs_on_success_with_counts_that_count_it_once():
     batch = Batch("b", on_success=tasks.batch_callback, on_finish=tasks.batch_callback)
     ok = batch.add(tasks.node, "ok")
