@@ -189,6 +189,7 @@ class JobsBackend(BaseTaskBackend):
                     db.link([(row["id"], row["parent_id"])])
                     if row["state"] == JobState.CANCELLED:
                         db.add_counters({"jobs_cancelled": 1})
+                        db.audit_cancelled([row["id"]])
         result = self._result_from_row(task, row)
         if reaches_anyone(task_enqueued, type(self), logging.DEBUG):
             task_enqueued.send(type(self), task_result=result)

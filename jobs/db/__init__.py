@@ -32,6 +32,7 @@ __all__ = [
     "Finish",
     "Listener",
     "add_counters",
+    "audit_cancelled",
     "cancel_continuations",
     "claim",
     "claim_one",
@@ -124,6 +125,14 @@ def release_continuations(parent_ids, *, cursor=None):
 
 def cancel_continuations(parent_ids, *, cursor=None):
     return engine().cancel_continuations(parent_ids, cursor=cursor)
+
+
+def audit_cancelled(job_ids) -> None:
+    """Audit the jobs of `job_ids` as cancelled because a job they waited for did not succeed."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        engine().audit_cancelled(cursor, job_ids)
 
 
 def link(edges, *, cursor=None) -> None:
