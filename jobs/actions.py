@@ -132,10 +132,11 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
     jobs, the failed nodes of most workflows) go back in one statement, and the graph after
     them is re-armed once for them all. The nodes that come after another of them follow layer
     by layer, each layer (those no other waiting one comes before) in one statement that
-    re-arms the graph as it is then (a node and a run-anyway node after it, put back together, would count
-    the first twice). A job that runs only after an upstream job that did not succeed, and is
-    not put back with it, is left as it is, as a single press refuses it. When a dedup_key was
-    taken meanwhile, each job is retried or refused on its own, as a single press is. The
+    re-arms the graph as it is then (a node and a run-anyway node after it, put back
+    together, would count the first twice). A job that runs only after an upstream job that
+    did not succeed, and is not put back with it, is left as it is, as a single press refuses
+    it. When a dedup_key was taken meanwhile, each job is retried or refused on its own, as a
+    single press is. The
     workers are woken once.
     """
     ids = sorted(set(job_ids))
