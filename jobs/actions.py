@@ -136,8 +136,7 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
     together, would count the first twice). A job that runs only after an upstream job that
     did not succeed, and is not put back with it, is left as it is, as a single press refuses
     it. When a dedup_key was taken meanwhile, each job is retried or refused on its own, as a
-    single press is. The
-    workers are woken once.
+    single press is. The workers are woken once.
     """
     ids = sorted(set(job_ids))
     later = workflows.after_others(ids)
