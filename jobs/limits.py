@@ -104,6 +104,9 @@ class Limits:
         # turns go to the keys served longest ago first), and how many claims took any.
         self.served: dict[str, int] = {}
         self.claims_served = 0
+        # Where the next turns' read of the keys starts (after the last key the previous one
+        # read, when it read as many keys as a claim may; "" from the first).
+        self.keys_from = ""
         # When (time.monotonic()) a rate budget the last claim found full has room again.
         self.rate_room_at = float("inf")
         # Did the last claim leave every budget it drew on at most half full (jobs.db.limited:
@@ -287,6 +290,7 @@ class LimitsCache:
             if self.limits is not None:
                 # The turns between keys go on round where they were.
                 fresh.served, fresh.claims_served = self.limits.served, self.limits.claims_served
+                fresh.keys_from = self.limits.keys_from
             self.limits = fresh
             self.read_at = now
         return self.limits

@@ -290,6 +290,32 @@ def test_claims_of_one_job_each_take_turns_between_keys_from_claim_to_claim(monk
     assert keys == ["tenant-big", "tenant-new"] * 3
 
 
+def test_a_key_gets_its_turn_among_keys_enqueued_together_in_one_transaction(monkeypatch):
+    # PostgreSQL gives every job of one transaction the same due time: the key served longest
+    # ago must still come first in its round, not after the rest by the tie.
+    monkeypatch.setattr("jobs.limits.TURNS_EVERY", 0.0)
+    same = timezone.now() - timedelta(minutes=10)
+    for k in range(20):
+        due(3, limit_key=f"busy-{k:02}", run_after=same)
+    due(1, limit_key="a-late", run_after=same + timedelta(seconds=1))
+    cache = LimitsCache(refresh_seconds=0.0)
+    with with_limits({}):
+        taken = [c.limit_key for _ in range(3) for c in claim_with(cache, limit=10)]
+    assert "a-late" in taken
+
+
+def test_keys_past_the_first_two_hundred_get_their_turns_too(monkeypatch):
+    monkeypatch.setattr("jobs.limits.TURNS_EVERY", 0.0)
+    old = timezone.now() - timedelta(minutes=10)
+    for k in range(250):
+        due(2, limit_key=f"k{k:03}", run_after=old)
+    due(1, limit_key="zz-last")
+    cache = LimitsCache(refresh_seconds=0.0)
+    with with_limits({"key:*": {"concurrency": 1000}}):
+        taken = [c.limit_key for _ in range(4) for c in claim_with(cache, limit=60)]
+    assert "zz-last" in taken
+
+
 def test_turns_keep_priority_first():
     due(5, limit_key="tenant-a", priority=10)
     low = due(5, limit_key="tenant-b")

@@ -204,10 +204,12 @@ class LimitedClaim:
             SELECT limit_key FROM {self.engine.key_source()}
             WHERE {claimable} AND limit_key > %s ORDER BY limit_key LIMIT 1
         """
-        # One statement: a recursive loose scan over the keys, each key's jobs beside it.
+        # One statement: a recursive loose scan over the keys, each key's jobs beside it,
+        # from the key after the last one the previous turn read when it read as many as it
+        # may (so that keys past the first KEYS_PER_CLAIM get their turns too).
         keys = f"""
             WITH RECURSIVE keys(k) AS (
-                SELECT ({following.replace("%s", "''")})
+                SELECT ({following})
                 UNION ALL
                 SELECT ({following.replace("%s", "keys.k")}) FROM keys WHERE k IS NOT NULL
                 {"" if self.engine.locks_rows else f"LIMIT {KEYS_PER_CLAIM + 1}"}
@@ -224,8 +226,11 @@ class LimitedClaim:
             )
             columns = ", ".join(f"j.{c.strip()}" for c in DUE_COLUMNS.split(","))
             sql = f"{keys} SELECT {columns} FROM keys JOIN {JOB} j ON j.id IN ({picked})"
-        self.cursor.execute(sql, [*params, HEADS_PER_KEY])
-        return self.cursor.fetchall()
+        self.cursor.execute(sql, [self.limits.keys_from, *params, HEADS_PER_KEY])
+        heads = self.cursor.fetchall()
+        read = {row[3] for row in heads}
+        self.limits.keys_from = max(read) if len(read) >= KEYS_PER_CLAIM else ""
+        return heads
 
     def running_count(self, buckets) -> tuple[str, list] | None:
         """The statement counting running jobs by (queue, task, key) for budgets with a
@@ -452,15 +457,17 @@ def in_turns(rows: list, heads: list, served: dict | None = None) -> list:
     for index, row in enumerate(ordered):
         key = row[3]
         turn = seen[key] if key is not None else 0
-        turns.append([-row[4], turn, row[5]])
+        turns.append([-row[4], turn, row[5], 0])
         if key is not None:
             seen[key] += 1
             rounds[row[4], turn].append(index)
     for indexes in rounds.values():
         places = sorted(ordered[i][5] for i in indexes)
         by_key = sorted(indexes, key=lambda i: (served.get(ordered[i][3], -1), ordered[i][5]))
-        for index, place in zip(by_key, places, strict=True):
-            turns[index][2] = place
+        # Jobs enqueued in one transaction share their due time (PostgreSQL's now()): the
+        # rank in the round breaks the tie, or the last key served would still come last.
+        for rank, (index, place) in enumerate(zip(by_key, places, strict=True)):
+            turns[index][2:] = [place, rank]
     order = sorted(range(len(ordered)), key=lambda i: turns[i])
     return [ordered[i] for i in order]
 
