@@ -37,13 +37,14 @@ neither given back nor brought forward, so they count at most a window and a sla
 never counts a start too few.
 
 Turns between limit keys: while a `key:` limit is in force, or jobs with a limit key wait
-without one (their claims come here then, with no budget to count), the first round also reads the
-first due jobs of each limit key (a loose scan of the job_claimable_key index, up to
-KEYS_PER_CLAIM keys; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal
-priority are taken one per key in turn (the first job
-of every key, then the second of every key, ...; each round to the keys this worker served
-longest ago first, so that claims of one job each go round the keys), and a key's backlog never
-hides another key's jobs whether or not its limit is reached.
+without one (their turn claims come here then, with no budget to count; the claims between
+turns are the one statement), the first round also reads the first due jobs of each limit key
+(a loose scan of the job_claimable_key index, KEYS_PER_CLAIM keys at a time, the next ones at
+the next turn; each worker at most every jobs.limits.TURNS_EVERY), and jobs of equal priority
+are taken one per key in turn (the first job of every key, then the second of every key, ...;
+each round to the keys this worker served longest ago first, so that claims of one job each go
+round the keys), and a key's backlog never hides another key's jobs whether or not its limit
+is reached.
 
 Holding a budget's lock until commit makes the count and the claim one step: the next claim
 of that budget counts this claim's jobs. Budgets found full, and those whose jobs must begin
