@@ -298,7 +298,8 @@ def test_counters_follow_what_the_worker_did(run_worker):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--concurrency", "0"], "number >= 1"),
+        (["--concurrency", "0"], "number of executors from 1 to 1000"),
+        (["--concurrency", "3000"], "number of executors from 1 to 1000"),
         (["--concurrency", "many"], "whole number"),
         (["--async-concurrency", "0"], "number from 1 to 10000"),
         (["--async-concurrency", "lots"], "whole number"),

@@ -2,7 +2,10 @@
 
 import logging
 
+import pytest
+
 from jobs.worker_log import WorkerLog
+from tests import tasks
 from tests.factories import make_claimed
 
 
@@ -30,3 +33,15 @@ def test_claims_not_logged_yet_are_written_before_the_worker_stops(caplog):
         log.flush_claims()
         log.flush_claims()  # nothing more to write
     assert caplog.text.count("claimed 9 jobs") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_burst_worker_logs_every_claim_before_it_says_the_burst_is_done(run_worker):
+    tasks.add.enqueue_many([((i, 1), {}) for i in range(60)])
+    proc = run_worker("--concurrency", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    done = next(i for i, line in enumerate(lines) if "burst done" in line)
+    claimed = [i for i, line in enumerate(lines) if " claimed " in line]
+    assert claimed and max(claimed) < done

@@ -13,6 +13,8 @@ from jobs.worker import Worker, WorkerConfig
 
 positive_int = whole_number(1)
 MAX_ASYNC_CONCURRENCY = 10_000
+# Executor processes one worker runs at most: past this, more workers serve better.
+MAX_CONCURRENCY = 1_000
 
 
 class Command(BaseCommand):
@@ -29,10 +31,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=whole_number(1, MAX_CONCURRENCY, what="a number of executors"),
             default=2,
             metavar="N",
-            help="jobs run at once, each in its own process (default 2)",
+            help="jobs run at once, each in its own process (default 2; at most "
+            f"{MAX_CONCURRENCY:,}: run more workers for more)",
         )
         parser.add_argument(
             "--async-concurrency",
