@@ -114,31 +114,16 @@ def test_a_key_with_a_big_backlog_does_not_make_another_keys_later_jobs_wait(
     assert sum(1 for name in order[:last_small] if name.startswith("big-")) < 60
 
 
+@pytest.mark.parametrize(
+    "limits", [{"key:tenant-*": {"concurrency": 1}}, {}], ids=["a key limit", "no limit"]
+)
 def test_a_key_that_comes_later_takes_turns_while_every_executor_is_busy_with_another_key(
-    subprocess_env, spawn_worker
+    subprocess_env, spawn_worker, limits
 ):
     # One executor, a key with room for it and a backlog: each claim takes one job, and it
     # went to the key with the oldest job every time, so the later key waited for the whole
-    # backlog.
-    limits_env(subprocess_env, {"key:tenant-*": {"concurrency": 1}})
-    early = tasks.ledger_span.using(limit_key="tenant-early")
-    early.enqueue_many([((f"early-{i}", 0.05), {}) for i in range(150)])
-    worker = spawn_worker("--concurrency", "1")
-    try:
-        wait_first_start(subprocess_env, "early-", "the early key's first job to start")
-        later = tasks.ledger_span.using(limit_key="tenant-later")
-        later_ids = [later.enqueue(f"later-{i}", 0.05).id for i in range(3)]
-        wait_for(lambda: all_terminal(later_ids), timeout=60, what="the later key's jobs")
-    finally:
-        stop_all([worker])
-    order = [e.name for e in sorted(read_events(subprocess_env), key=lambda e: e.at)]
-    last_later = max(i for i, name in enumerate(order) if name == "start:later-2")
-    early_before = sum(1 for name in order[:last_later] if name.startswith("start:early-"))
-    assert early_before < 100, "the later key waited behind the early key's backlog"
-
-
-def test_limit_keys_take_turns_in_a_worker_with_no_limit_in_force(subprocess_env, spawn_worker):
-    limits_env(subprocess_env, {})
+    # backlog. With no limit in force, keyed jobs take turns all the same.
+    limits_env(subprocess_env, limits)
     early = tasks.ledger_span.using(limit_key="tenant-early")
     early.enqueue_many([((f"early-{i}", 0.05), {}) for i in range(150)])
     worker = spawn_worker("--concurrency", "1")
