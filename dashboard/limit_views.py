@@ -10,7 +10,6 @@ from jobs.limit_usage import usage
 
 from .access import operator_required
 from .forms import LimitForm
-from .limit_rows import limit_row
 from .pages import console_page, render_page
 from .permissions import can_operate
 
@@ -58,7 +57,7 @@ def clear_limit(request):
     except LimitError as e:
         messages.warning(request, str(e))
         return redirect("dashboard:limits")
-    if cleared and limit_row(name) is not None:
+    if cleared and name in limits.declared():
         messages.success(request, f"{name}: override cleared; the setting applies again")
     elif cleared:
         messages.success(request, f"{name}: override cleared; no such limit is set any more")

@@ -146,10 +146,10 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
             blocked = workflows.failed_upstream(first)
             back = _put_back_in_line([job_id for job_id in first if job_id not in blocked])
             workflows.rearm(back)
-            # A node that runs only after a failed one among them waits for that one's turn;
-            # one whose failed upstream job is not among them stays as it is.
             # Layer by layer: those no other waiting one comes before go back together (a
-            # fan-out of cancelled nodes is one statement, not one per node).
+            # fan-out of cancelled nodes is one statement, not one per node). A node that runs
+            # only after a failed one among them waits for that one's layer; one whose failed
+            # upstream job is not among them stays as it is.
             waiting = sorted(later)
             while waiting:
                 blocked = workflows.failed_upstream(waiting)

@@ -165,14 +165,12 @@ class Worker:
             self._dispatch()
             if not self.held and not self.finishes and not claimed:
                 if self.config.burst and not self._with_db(self._limits_hold_due_jobs):
-                    self.log.flush_claims()  # the claims come first in the log, as they came
+                    self._begin_stopping(now)  # writes the claims not logged yet first
                     logger.info("no job is due and none is running: burst done")
-                    self._begin_stopping(now)
                     continue
                 if self._max_jobs_reached():
-                    self.log.flush_claims()
-                    logger.info("processed --max-jobs %d jobs", self.config.max_jobs)
                     self._begin_stopping(now)
+                    logger.info("processed --max-jobs %d jobs", self.config.max_jobs)
                     continue
             self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
 
