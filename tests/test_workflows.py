@@ -283,6 +283,19 @@ def test_retrying_the_dead_letter_re_arms_what_its_failure_cancelled():
     assert AuditEntry.objects.filter(job_id=top.job_id, action="retry").exists()
 
 
+def test_a_workflows_start_stays_its_first_attempts_start_after_the_node_is_retried():
+    wf, first, _second = chain("first", "second")
+    workflow_id = wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    first_start = timezone.now() - timedelta(hours=1)
+    Job.objects.get(id=first.job_id).attempts.update(started_at=first_start)
+    actions.retry_job(first.job_id, source="python")
+    claim(first)
+    assert Job.objects.get(id=first.job_id).started_at > first_start
+    [summary] = workflows.summaries(WorkflowRecord.objects.filter(id=workflow_id))
+    assert summary.started_at == first_start
+
+
 def test_retrying_a_node_whose_upstream_did_not_succeed_is_refused_and_changes_nothing():
     wf, top, left, right, last = diamond()
     workflow_id = wf.enqueue()

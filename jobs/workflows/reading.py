@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from ..models import Dependency, Job
+from ..models import Attempt, Dependency, Job
 from ..models import Workflow as WorkflowRecord
 from ..states import TERMINAL, JobState
 
@@ -71,6 +71,17 @@ def summaries(records) -> list[Summary]:
         .annotate(started=Min("started_at"), finished=Max("finished_at"))
         .order_by()
     }
+    # A claim sets a job's started_at anew: the start of a node's first attempt, retried
+    # since, is kept only in its attempt rows.
+    first_attempts = dict(
+        Attempt.objects.filter(
+            job__workflow_id__in=ids, job__attempt__gt=1, started_at__isnull=False
+        )
+        .values("job__workflow_id")
+        .annotate(started=Min("started_at"))
+        .values_list("job__workflow_id", "started")
+        .order_by()
+    )
     result = []
     for record in records:
         tally = counts.get(record.id, {})
@@ -80,11 +91,16 @@ def summaries(records) -> list[Summary]:
             Summary(
                 record=record,
                 counts=tally,
-                started_at=timing.get("started"),
+                started_at=_earliest(timing.get("started"), first_attempts.get(record.id)),
                 finished_at=timing.get("finished") if ended else None,
             )
         )
     return result
+
+
+def _earliest(*moments):
+    known = [m for m in moments if m is not None]
+    return min(known) if known else None
 
 
 def state_of(counts: dict) -> str:
