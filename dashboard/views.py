@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from jobs import actions, attempt_log, limit_usage
-from jobs.models import Job, PausedQueue
+from jobs import actions, attempt_log, limit_usage, queues
+from jobs.models import Job
 from jobs.states import CLAIMABLE, JobState
 
 from . import openapi, queries, queue_rows, task_stats, worker_rows
@@ -90,7 +90,7 @@ def _paused_queue(job):
     """The pause of the job's queue, when it is what keeps the job (due or not) from a worker."""
     if job.state not in CLAIMABLE:
         return None
-    return PausedQueue.objects.filter(name=job.queue_name).first()
+    return queues.pause_of(job.queue_name)
 
 
 def _edit_form_for(job):

@@ -71,8 +71,13 @@ def paused() -> dict[str, PausedQueue]:
     return {row.name: row for row in PausedQueue.objects.all()}
 
 
+def pause_of(name: str) -> PausedQueue | None:
+    """The queue's pause (who paused it, when, why), or None when it is not paused."""
+    return PausedQueue.objects.filter(name=name).first()
+
+
 def is_paused(name: str) -> bool:
-    return PausedQueue.objects.filter(name=name).exists()
+    return pause_of(name) is not None
 
 
 def job_counts() -> dict[str, dict[str, int]]:
