@@ -261,10 +261,10 @@ def parse_attempt(text: str | None, job: Job) -> int | None:
     """The attempt asked for (the job's latest when not given); None when it has no such one."""
     if text is None:
         return job.attempt or None
-    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
+    if number < 1:
         raise BadRequest("attempt must be a positive integer")
-    number = int(text)
-    return number if 1 <= number <= job.attempt else None
+    return number if number <= job.attempt else None
 
 
 def _job_action(act):
