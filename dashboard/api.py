@@ -341,7 +341,10 @@ def bulk_action(request):
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise BadRequest("dry_run must be true or false")
-    filters = bulk_filter(body.get("filter", {}))
+    if "filter" not in body:
+        # A forgotten filter must not retry, cancel or discard every job: {} says "all" on purpose.
+        raise BadRequest('filter is required; {} acts on every job', allowed=list(FILTER_KEYS))
+    filters = bulk_filter(body["filter"])
     result = bulk.apply(
         action,
         queries.filtered_jobs(**filters),

@@ -57,11 +57,12 @@ BULK_BODY = {
         "application/json": {
             "schema": {
                 "type": "object",
-                "required": ["action"],
+                "required": ["action", "filter"],
                 "properties": {
                     "action": {"type": "string", "enum": ["retry", "cancel", "discard"]},
                     "filter": {
                         "type": "object",
+                        "description": "Empty strings match anything; {} acts on every job.",
                         "properties": {
                             "state": {
                                 "type": "string",

@@ -188,6 +188,8 @@ def test_bulk_discard_and_cancel(client, operator_headers):
     [
         {},
         {"action": "explode"},
+        {"action": "discard"},
+        {"action": "retry", "dry_run": False},
         {"action": "retry", "filter": []},
         {"action": "retry", "filter": {"colour": "red"}},
         {"action": "retry", "filter": {"state": "sleeping"}},
