@@ -1,6 +1,5 @@
 """The JSON API (/api/v1/): thin views over the job table and `jobs.actions`."""
 
-import json
 import uuid
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ from jobs.names import check_queue_name
 from jobs.states import JobState
 from jobs.text import holds_as_is
 
-from . import metrics, openapi, queries, queue_rows
+from . import json_input, metrics, openapi, queries, queue_rows
 from .auth import api_view
 from .columns import JOB_COLUMNS
 from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor, Page, keyset_page
@@ -178,7 +177,9 @@ def json_body(request, allowed) -> dict:
     if not request.body.strip():
         return {}
     try:
-        body = json.loads(request.body)
+        body = json_input.loads(request.body)
+    except json_input.RepeatedKey as e:
+        raise BadRequest(f"the body is ambiguous: {e}") from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -343,7 +344,7 @@ def bulk_action(request):
         raise BadRequest("dry_run must be true or false")
     if "filter" not in body:
         # A forgotten filter must not retry, cancel or discard every job: {} says "all" on purpose.
-        raise BadRequest('filter is required; {} acts on every job', allowed=list(FILTER_KEYS))
+        raise BadRequest("filter is required; {} acts on every job", allowed=list(FILTER_KEYS))
     filters = bulk_filter(body["filter"])
     result = bulk.apply(
         action,

@@ -1,6 +1,5 @@
 """The GET filters of the lists and the POST of a bulk retry, validated before any query runs."""
 
-import json
 import uuid
 
 from django import forms
@@ -8,6 +7,7 @@ from django.core.exceptions import ValidationError
 
 from jobs.states import JobState
 
+from . import json_input
 from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor
 
 # A bulk action touches at most this many jobs, so one click cannot stall the database.
@@ -139,7 +139,7 @@ class EditRerunForm(forms.Form):
         if not text:
             return kind()
         try:
-            value = json.loads(text)
+            value = json_input.loads(text)
         except RecursionError:
             raise ValidationError("Nested too deeply.") from None
         except ValueError as exc:

@@ -209,6 +209,24 @@ def test_a_bad_bulk_request_is_a_400_and_changes_nothing(client, operator_header
     assert Job.objects.get(id=job.id).state == JobState.DEAD_LETTER
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/jobs/bulk", '{"action": "retry", "filter": {}, "action": "discard"}'),
+        ("/api/v1/jobs/bulk", '{"action": "retry", "filter": {"state": "x", "state": ""}}'),
+        ("/api/v1/jobs/{id}/rerun", '{"kwargs": {"to": "a@x", "to": "b@x"}}'),
+    ],
+)
+def test_a_body_naming_one_key_twice_is_a_400_and_changes_nothing(
+    client, operator_headers, path, body
+):
+    job = make_job(JobState.DEAD_LETTER)
+    response = post_json(client, path.format(id=job.id), body, operator_headers)
+    assert response.status_code == 400, response.content
+    assert "appears twice" in response.json()["error"]
+    assert list(Job.objects.values_list("state", flat=True)) == [JobState.DEAD_LETTER]
+
+
 def test_bulk_needs_the_operate_permission(client, reader_headers):
     job = make_job(JobState.DEAD_LETTER)
     response = post_json(client, "/api/v1/jobs/bulk", {"action": "retry"}, reader_headers)

@@ -196,6 +196,7 @@ def test_edit_and_rerun_runs_the_new_arguments(operator_client):
         ("[1, 2", "{}", "Not valid JSON"),
         ('{"a": 1}', "{}", "args must be a JSON list"),
         ("[]", "[1]", "kwargs must be a JSON object"),
+        ("[]", '{"to": "a@x", "to": "b@x"}', "the key &#x27;to&#x27; appears twice"),
         ("[NaN]", "{}", "NaN"),
         ('["a\\u0000b"]', "{}", "NUL"),
         ("[" * 100_000, "{}", "Nested too deeply"),
