@@ -4,6 +4,8 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -78,6 +80,18 @@ def sleepy(seconds, key=""):
 def ignores_timeout(key):
     _ledger(key)
     while True:  # a CPU loop that never yields
+        pass
+
+
+@task(backoff=NO_WAIT, max_attempts=1, timeout=1)
+def starts_processes_and_hangs(key):
+    """Starts a child that starts a grandchild (their pids go to the ledger), then spins."""
+    script = "import subprocess; p = subprocess.Popen(['sleep', '120']); print(p.pid); p.wait()"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    grandchild = int(child.stdout.readline())
+    _append(key, child.pid, time.time())
+    _append(key, grandchild, time.time())
+    while True:
         pass
 
 

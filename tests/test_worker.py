@@ -230,6 +230,29 @@ def test_a_job_running_past_its_timeout_is_stopped_and_counted_as_failed(run_wor
     assert Job.objects.get(id=fine.id).state == JobState.SUCCEEDED
 
 
+def _alive(pid):
+    """Is the process running (a zombie waiting to be reaped is not)?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads processes from /proc")
+def test_a_job_stopped_at_its_timeout_takes_the_processes_it_started_with_it(run_worker, ledger):
+    stuck = tasks.starts_processes_and_hangs.enqueue("tree")
+    burst(run_worker)
+    job = Job.objects.get(id=stuck.id)
+    assert (job.state, job.error_type) == (JobState.DEAD_LETTER, "JobTimeout")
+    started = [pid for key, pid, _ in ledger() if key == "tree"]
+    assert len(started) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in started if _alive(pid)]
+
+
 def test_an_expired_lease_is_recovered_through_the_retry_flow(run_worker):
     past = timezone.now() - timedelta(minutes=5)
     lost = make_job(

@@ -16,6 +16,7 @@ from multiprocessing import forkserver, resource_tracker
 from ..executor_loop import LEASES, RELEASE_UP_TO, TAKEN, new_status, started_jobs
 from ..logs import worker_logging
 from .child import STOP_SIGNALS, child_main
+from .process_tree import kill_tree
 from .wire import SEND_EVERY, Channel, _dumps, _job_codec, _ran_codec
 
 # Seconds a closing executor is given to take the rest of what was written to it.
@@ -266,9 +267,9 @@ class Executor:
         return self.process.is_alive()
 
     def end(self):
-        """Kill the child if it still runs, and reap it."""
-        if self.process.is_alive():
-            self.process.kill()
+        """Kill the child if it still runs, with the processes its jobs started, and reap it."""
+        if self.process.is_alive() and self.process.pid is not None:
+            kill_tree(self.process.pid)
         self.process.join(5)
 
     def kill(self) -> list:
