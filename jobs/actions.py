@@ -463,8 +463,9 @@ def run_now_job(job_or_id, *, user=None, source="python") -> ActionResult:
 def discard_job(job_or_id, *, user=None, source="python", record=True) -> ActionResult:
     """Delete a finished job (not a running or waiting one) with its attempts.
 
-    Jobs that point at it (reruns, continuations) keep their rows with the link cleared. The
-    audit entry names the job by id and task, so it outlives the job.
+    Jobs that point at it (reruns, continuations) keep their rows with the link cleared. A job
+    that a workflow node or continuation after it still needs (it has not succeeded) is kept:
+    discard that one first. The audit entry names the job by id and task, so it outlives it.
     """
     job_id = _job_id(job_or_id)
     if job_id is None:
@@ -477,6 +478,14 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
             return ActionResult(False, "no such job")
         if not held:
             message = f"job is {_words(job.state)}; only finished jobs can be discarded"
+            _audit(job_id, "discard", message, user=user, source=source, record=record)
+            return ActionResult(False, message, job=job)
+        needing = workflows.first_needing(job_id)
+        if needing is not None:
+            message = (
+                f"job {needing[0]} runs after this one and is {_words(needing[1])}: it needs "
+                "this job's result; discard it first, or let it succeed"
+            )
             _audit(job_id, "discard", message, user=user, source=source, record=record)
             return ActionResult(False, message, job=job)
         _delete(held)
@@ -494,13 +503,25 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
 
 def discard_many(job_ids) -> int:
     """Discard each of `job_ids` as `discard_job` does, in one transaction; the number deleted.
-    Nothing is audited per job (a bulk action writes its own entry)."""
+    A job that a job after it still needs goes once that one went (both among `job_ids`: a
+    failed chain goes from its end), or stays. Nothing is audited per job (a bulk action
+    writes its own entry)."""
+    deleted = 0
     with transaction.atomic():
         moments.repair_stored(job_ids)
-        finished = _held_in(job_ids, DISCARDABLE)
-        if finished:
-            _delete(finished)
-    return len(finished)
+        held = _held_in(job_ids, DISCARDABLE)
+        while held:
+            free = list(
+                Job.objects.filter(id__in=held)
+                .exclude(workflows.needed_after())
+                .values_list("id", flat=True)
+            )
+            if not free:
+                break
+            _delete(free)
+            deleted += len(free)
+            held = sorted(set(held) - set(free))
+    return deleted
 
 
 def _delete(job_ids) -> None:

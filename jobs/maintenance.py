@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from . import db, limits, moments
+from . import db, limits, moments, workflows
 from .errors import WorkerLost
 from .errortext import for_log
 from .models import Job, WorkerNode
@@ -131,8 +131,10 @@ def prune_jobs(
     """Delete jobs in `states` that finished more than `older_than` ago, batch by batch.
 
     Their attempts and audit entries go with them (cascade); jobs pointing at them through
-    `rerun_of` or `parent` keep existing with that link cleared. The lifetime counters are
-    not touched. `progress(deleted_so_far, matched)` is called after each batch.
+    `rerun_of` or `parent` keep existing with that link cleared. A job that a workflow node or
+    continuation after it still needs (not succeeded yet) is kept until that one succeeded.
+    The lifetime counters are not touched. `progress(deleted_so_far, matched)` is called after
+    each batch.
     """
     states = prunable_states(states)
     if older_than < timedelta(0):
@@ -140,7 +142,9 @@ def prune_jobs(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = timezone.now() - older_than
-    eligible = Job.objects.filter(state__in=states, finished_at__lt=cutoff)
+    eligible = Job.objects.filter(state__in=states, finished_at__lt=cutoff).exclude(
+        workflows.needed_after()
+    )
     matched = eligible.count()
     deleted = 0
     while not dry_run:

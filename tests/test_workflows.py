@@ -768,16 +768,52 @@ def test_the_safety_net_settles_a_node_whose_upstream_nodes_all_ended():
     assert state(last) == JobState.PENDING
 
 
-def test_pruning_finished_nodes_leaves_the_rest_of_the_graph_waiting():
+def test_pruning_keeps_a_finished_node_until_the_nodes_after_it_succeeded():
     wf, top, left, right, last = diamond()
     wf.enqueue()
-    run(top)
+    run(top, value="T")
     run(left)
-    Job.objects.filter(id=top.job_id).update(finished_at=timezone.now() - timedelta(days=30))
-    assert prune_jobs(timedelta(days=7)).deleted == 1
-    assert Dependency.objects.filter(upstream_id=top.job_id).count() == 0
-    run(right)
-    assert state(last) == JobState.PENDING
+    old = timezone.now() - timedelta(days=30)
+    Job.objects.filter(id__in=[top.job_id, left.job_id]).update(finished_at=old)
+    # `right` has yet to run and read top's value; `left` is needed by `last`.
+    assert prune_jobs(timedelta(days=7)).deleted == 0
+    right_job = claim(right)
+    assert workflows.upstream_values(right.job_id) == {"node": "T"}
+    finish(right_job)
+    run(last)
+    assert prune_jobs(timedelta(days=7)).deleted == 2
+    assert state(last) == JobState.SUCCEEDED
+
+
+def test_a_finished_node_a_node_after_it_still_needs_is_not_discarded():
+    wf, first, second, third = chain("first", "second", "third")
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    result = actions.discard_job(first.job_id, source="python")
+    assert not result.changed
+    assert str(second.job_id) in result.message and "discard it first" in result.message
+    assert state(first) == JobState.DEAD_LETTER
+    # `second` still waits for `first`: its retry is refused until `first` is retried.
+    assert actions.retry_job(second.job_id, source="python").changed is False
+    assert AuditEntry.objects.filter(job_id=first.job_id, action="discard").exists()
+
+
+def test_discarding_a_failed_chain_at_once_takes_it_from_its_end():
+    wf, first, second, third = chain("first", "second", "third")
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    ids = [first.job_id, second.job_id, third.job_id]
+    assert actions.discard_many(ids) == 3
+    assert not Job.objects.exists()
+
+
+def test_a_continuations_parent_is_kept_until_the_continuation_succeeded():
+    parent = tasks.record.enqueue("p")
+    child = tasks.record.using(after=parent).enqueue("c")
+    run(parent.id, value="p")
+    assert not actions.discard_job(parent.id, source="python").changed
+    run(child.id)
+    assert actions.discard_job(parent.id, source="python").changed
 
 
 EAGER = {

@@ -14,7 +14,17 @@ when they succeed, or, for a node added with `on_upstream_failure="run"`, when t
 
 from .actions import after_others, cancel, failed_upstream, rearm, retry_failed
 from .enqueue import ON_FINISH, ON_SUCCESS, ON_UPSTREAM_FAILURE, Batch, Node, Workflow
-from .reading import FINISHED, Graph, Summary, graph, state_of, summaries, upstream_values
+from .reading import (
+    FINISHED,
+    Graph,
+    Summary,
+    first_needing,
+    graph,
+    needed_after,
+    state_of,
+    summaries,
+    upstream_values,
+)
 
 __all__ = [
     "FINISHED",
@@ -34,5 +44,7 @@ __all__ = [
     "retry_failed",
     "state_of",
     "summaries",
+    "first_needing",
+    "needed_after",
     "upstream_values",
 ]

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Exists, Max, Min, OuterRef
 from django.utils import timezone
 
 from ..models import Attempt, Dependency, Job
@@ -22,6 +22,28 @@ def upstream_values(job_id) -> dict:
         (name or path.rsplit(".", 1)[-1]): (value if state == JobState.SUCCEEDED else None)
         for name, path, state, value in rows
     }
+
+
+def needed_after() -> Exists:
+    """Does a job that runs after this one (a workflow node, a continuation) not have its
+    success yet? (An expression over the job's id.) Its edge to this job is what gives it this
+    job's value and what re-arms it when this job is retried: a finished job such a job needs
+    is kept (discard, prune) until that job succeeded or is gone."""
+    return Exists(
+        Dependency.objects.filter(upstream_id=OuterRef("id")).exclude(
+            downstream__state=JobState.SUCCEEDED
+        )
+    )
+
+
+def first_needing(job_id):
+    """(id, state) of a job after `job_id` that has not succeeded, or None."""
+    return (
+        Dependency.objects.filter(upstream_id=job_id)
+        .exclude(downstream__state=JobState.SUCCEEDED)
+        .values_list("downstream_id", "downstream__state")
+        .first()
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
