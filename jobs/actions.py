@@ -18,10 +18,18 @@ from django.utils import timezone
 from . import db, moments, payload, workflows
 from .backend import limit_key_for
 from .errors import CANCELLED_BY_OPERATOR, JobCancelled
-from .models import AuditEntry, Job
+from .models import AuditEntry, Dependency, Job
 from .reconnect import again_after_deadlock
 from .retry import MAX_ATTEMPTS
-from .states import CLAIMABLE, DISCARDABLE, RERUNNABLE, RETRYABLE, WAITING, JobState
+from .states import (
+    CLAIMABLE,
+    DISCARDABLE,
+    RERUNNABLE,
+    RETRYABLE,
+    TERMINAL,
+    WAITING,
+    JobState,
+)
 from .tasks import load_task
 
 # The sources of each action, from the transition table (jobs.states).
@@ -276,11 +284,21 @@ def rerun_job(
         with transaction.atomic():
             # The original is neither discarded nor put back in line before the run pointing
             # at it is stored.
-            if not _held_in([original.id], RERUNNABLE):
+            upstream = list(
+                Dependency.objects.filter(downstream_id=original.id).values_list(
+                    "upstream_id", flat=True
+                )
+            )
+            # The upstream jobs too: none is put back in line before the run after it is stored.
+            held = _held_in([original.id, *upstream], RERUNNABLE)
+            if original.id not in held:
                 now = Job.objects.filter(id=original.id).first()
                 if now is None:
                     return ActionResult(False, "no such job")
                 return _not_rerunnable(now, user, source)
+            refused = _rerun_refused_for_upstream(original, upstream, user, source)
+            if refused is not None:
+                return refused
             db.insert_job(
                 {
                     "id": new_id,
@@ -297,7 +315,14 @@ def rerun_job(
                     "backoff": original.backoff,
                     "limit_key": limit_key,
                     "rerun_of_id": original.id,
+                    "node_name": original.node_name if upstream else "",
+                    "runs_on_upstream_failure": original.runs_on_upstream_failure,
                 }
+            )
+            # A node's new run reads its upstream jobs' values as the node did, and is re-armed,
+            # or cancelled, with them should they be retried (outside the workflow's counts).
+            Dependency.objects.bulk_create(
+                [Dependency(downstream_id=new_id, upstream_id=u) for u in upstream]
             )
             AuditEntry.record(
                 job_id=original.id,
@@ -317,6 +342,30 @@ def rerun_job(
         return earlier
     new_job = Job.objects.get(id=new_id)
     return ActionResult(True, "new run enqueued", job=original, new_job=new_job)
+
+
+def _rerun_refused_for_upstream(original, upstream, user, source) -> ActionResult | None:
+    """A new run of a node refused while one of its upstream jobs is not as the node needs it
+    (succeeded; ended, for a node that runs on upstream failure): it would not have its input."""
+    allowed = TERMINAL if original.runs_on_upstream_failure else {JobState.SUCCEEDED}
+    blocking = (
+        Job.objects.filter(id__in=upstream)
+        .exclude(state__in=allowed)
+        .order_by("id")
+        .values_list("id", "state")
+        .first()
+    )
+    if blocking is None:
+        return None
+    up, state = blocking
+    if state in TERMINAL:
+        ended = "a dead letter" if state == JobState.DEAD_LETTER else _words(state)
+        next_step = "retry that job first"
+    else:
+        ended, next_step = _words(state), "rerun this one once that job ended"
+    message = f"job runs only after job {up}, which is {ended}: {next_step}"
+    _audit(original.id, "rerun", message, user=user, source=source)
+    return ActionResult(False, message, job=original)
 
 
 def _not_rerunnable(job, user, source) -> ActionResult:

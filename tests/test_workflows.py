@@ -807,6 +807,31 @@ def test_discarding_a_failed_chain_at_once_takes_it_from_its_end():
     assert not Job.objects.exists()
 
 
+def test_a_rerun_of_a_node_reads_its_upstream_nodes_values_as_the_node_did():
+    wf, first, second = chain("first", "second")
+    wf.enqueue()
+    run(first, value="F")
+    run(second, JobState.DEAD_LETTER)
+    new = actions.rerun(second.job_id)
+    assert new is not None and new.state == JobState.PENDING
+    assert new.node_name == Job.objects.get(id=second.job_id).node_name
+    assert workflows.upstream_values(new.id) == {"node": "F"}
+    # Discarding `first` would take the new run's input: it is kept until the run succeeded.
+    assert not actions.discard_job(first.job_id, source="python").changed
+
+
+def test_a_rerun_of_a_node_whose_upstream_failed_is_refused_and_creates_nothing():
+    wf, first, second = chain("first", "second")
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    assert state(second) == JobState.CANCELLED
+    result = actions.rerun_job(second.job_id, source="python")
+    assert not result.changed
+    assert f"after job {first.job_id}, which is a dead letter" in result.message
+    assert Job.objects.count() == 2
+    assert AuditEntry.objects.filter(job_id=second.job_id, action="rerun").exists()
+
+
 def test_a_continuations_parent_is_kept_until_the_continuation_succeeded():
     parent = tasks.record.enqueue("p")
     child = tasks.record.using(after=parent).enqueue("c")
