@@ -152,13 +152,18 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
         with transaction.atomic():
             first = [job_id for job_id in ids if job_id not in later]
             blocked = workflows.failed_upstream(first)
+            # A cancelled node that the retry of a job before it re-arms is put back by it.
+            retryable = set(
+                Job.objects.filter(id__in=later, state__in=RETRYABLE).values_list("id", flat=True)
+            )
             back = _put_back_in_line([job_id for job_id in first if job_id not in blocked])
-            workflows.rearm(back)
+            back += [j for j in workflows.rearm(back) if j in retryable]
+            done = set(back)
             # Layer by layer: those no other waiting one comes before go back together (a
             # fan-out of cancelled nodes is one statement, not one per node). A node that runs
             # only after a failed one among them waits for that one's layer; one whose failed
             # upstream job is not among them stays as it is.
-            waiting = sorted(later)
+            waiting = [job_id for job_id in sorted(later) if job_id not in done]
             while waiting:
                 blocked = workflows.failed_upstream(waiting)
                 ready = [job_id for job_id in waiting if job_id not in blocked]
@@ -167,9 +172,10 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
                 deeper = workflows.after_others(ready)
                 layer = {job_id for job_id in ready if job_id not in deeper}
                 these = _put_back_in_line(sorted(layer))
-                workflows.rearm(these)
+                these += [j for j in workflows.rearm(these) if j in retryable and j not in done]
                 back += these
-                waiting = [job_id for job_id in waiting if job_id not in layer]
+                done.update(these, layer)
+                waiting = [job_id for job_id in waiting if job_id not in done]
     except IntegrityError:
         return [job_id for job_id in ids if retry_job(job_id, record=False).changed]
     if back:
