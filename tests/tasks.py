@@ -201,6 +201,16 @@ def segfaults_no_retry(key):
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
+@task(backoff=NO_WAIT, max_attempts=3, on_crash="dead_letter")
+def long_first_attempt_no_crash_retry(key, seconds):
+    """Sleeps `seconds` on its first run only; a crash of it is not retried."""
+    _event(f"start:{key}")
+    if _starts(key) < 2:
+        time.sleep(seconds)
+    _event(f"end:{key}")
+    return key
+
+
 @task(backoff=NO_WAIT, max_attempts=3)
 def segfaults_then_succeeds(key):
     _event(f"start:{key}")

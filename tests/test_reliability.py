@@ -335,6 +335,34 @@ def test_executor_does_not_start_a_job_whose_lease_its_stalled_worker_lost(
     ]
 
 
+@pytest.mark.slow
+def test_a_job_stopped_because_its_stalled_worker_let_the_lease_lapse_is_lost_not_crashed(
+    fast_leases, spawn_worker, subprocess_env
+):
+    """The worker cannot renew (it stalls, or its database is unreachable) and no other worker
+    recovers the job: the executor stops the job once the lease lapsed. The task did not crash:
+    the attempt is lost, and a task that dead-letters on a crash is retried."""
+    key = "lapsed"
+    jid = job_id(tasks.long_first_attempt_no_crash_retry.enqueue(key, LEASE_SECONDS * 4))
+    worker = spawn_worker("--concurrency", "1")
+    wait_for(lambda: started(subprocess_env, key), timeout=30, what="the job to start")
+    stop_group(worker, only_the_worker=True)
+    try:
+        # The executor runs on alone and stops itself once the lease has lapsed.
+        time.sleep(LEASE_SECONDS * 1.5)
+    finally:
+        worker.signal(signal.SIGCONT)
+    wait_for(lambda: all_terminal([jid]), timeout=LEASE_SECONDS * 4 + 30, what="the job")
+    assert Job.objects.get(id=jid).state == JobState.SUCCEEDED, worker.output()
+    first = attempts_of(jid)[0]
+    assert (first.outcome, first.error_type) == (AttemptOutcome.LOST, "WorkerLost")
+    names = [e.name for e in read_events(subprocess_env)]
+    assert (names.count(f"start:{key}"), names.count(f"end:{key}")) == (2, 1)
+    assert worker.alive(), worker.output()
+    stop_cleanly(worker)
+    assert_nothing_running()
+
+
 # --- graceful shutdown ---------------------------------------------------------------------------
 
 

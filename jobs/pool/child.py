@@ -18,6 +18,9 @@ from .wire import _dumps, _job_codec, _ran_codec
 # How often the child checks that its worker is alive and its job's lease still holds.
 WATCH_INTERVAL = 0.05
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# The exit code of a child that stopped itself because a job's lease lapsed: its jobs were
+# lost with the lease (jobs.pool.supervisor), not crashed.
+LEASE_LAPSED = 75
 
 
 def _die_with_parent() -> int:
@@ -93,7 +96,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logg
                 if not lease_holds(running, status):
                     # The worker stalled and could not renew: another worker may recover this
                     # job any moment, and it must not run in two places at once.
-                    os._exit(75)
+                    os._exit(LEASE_LAPSED)
             executor.watch_loop()
 
     threading.Thread(target=watchdog, name="executor-watchdog", daemon=True).start()

@@ -24,6 +24,7 @@ from ..errors import (
 from ..errortext import for_log
 from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
+from .child import LEASE_LAPSED
 from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
 from .executor import Executor, StopFlag, StoppedBeforeStart
 
@@ -147,6 +148,24 @@ class Supervisor:
             job = f" running job {started[0].id} ({for_log(started[0].task_path)})"
         elif started:
             job = f" running {len(started)} jobs"
+        if executor.process.exitcode == LEASE_LAPSED:
+            # The worker could not renew in time (its database unreachable, or it stalled):
+            # lost with the lease, as if another worker had recovered it; no crash of the task.
+            logger.warning(
+                "executor process %s stopped%s: the lease lapsed before the worker could renew it",
+                executor.pid,
+                job,
+            )
+            self._stop(
+                executor,
+                failure=WorkerLost(
+                    "the worker could not renew the job's lease in time (its database "
+                    "unreachable, or the worker stalled); the attempt was stopped"
+                ),
+                kind=RanKind.LOST,
+                results=results,
+            )
+            return
         logger.error("executor process %s %s%s", executor.pid, how, job)
         self._stop(
             executor,
