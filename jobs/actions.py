@@ -203,6 +203,8 @@ def _put_back_in_line(job_ids) -> list[uuid.UUID]:
             lease_id=None,
             lease_expires_at=None,
             cancel_requested_at=None,
+            # A job that snoozed too often may snooze again as often as a new one.
+            snoozes_forgiven=F("snoozes"),
             # Exhausted jobs get one more attempt; the history of attempts is kept as it is.
             max_attempts=Least(
                 MAX_ATTEMPTS,

@@ -298,7 +298,7 @@ def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
             claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
         )
     if ran.kind == RanKind.SNOOZED:
-        if claimed.snoozes >= max_snoozes(claimed.backend):
+        if claimed.snoozes - claimed.snoozes_forgiven >= max_snoozes(claimed.backend):
             return Outcome.dead_letter(
                 claimed,
                 ran,

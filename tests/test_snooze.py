@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import db
+from jobs import actions, db
 from jobs import outcome as oc
 from jobs.errors import Snooze
 from jobs.models import Attempt, CounterDelta, Job
@@ -85,6 +85,27 @@ def test_past_max_snoozes_the_job_is_dead_lettered_as_snoozed_too_often():
     )
     assert job.snoozes == 2
     assert Attempt.objects.filter(job=job, outcome="snoozed").count() == 3
+
+
+def test_a_job_retried_after_snoozing_too_often_may_snooze_as_often_again():
+    job = make_job()
+    with with_limits({}, MAX_SNOOZES=2):
+        for _ in range(3):
+            Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+            run_once(job, delay=0)
+        assert actions.retry(job.id)
+        states = []
+        for _ in range(3):
+            Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+            (applied,) = run_once(job, delay=0)
+            states.append(applied.state)
+    assert states == [JobState.PENDING, JobState.PENDING, JobState.DEAD_LETTER]
+    job.refresh_from_db()
+    assert (job.dead_letter_reason, job.snoozes) == (DeadLetterReason.SNOOZED_TOO_OFTEN, 4)
+    numbers = list(
+        Attempt.objects.filter(job=job).order_by("number").values_list("number", "outcome")
+    )
+    assert numbers == [(n, "snoozed") for n in range(1, 7)]
 
 
 @pytest.mark.parametrize("bad", ["lots", -1, 2.5, True])

@@ -22,6 +22,7 @@ LATER = frozenset(
         "lease_expires_at",
         "cancel_requested_at",
         "snoozes",
+        "snoozes_forgiven",
         "attempts_given_back",
     }
 )

@@ -187,6 +187,7 @@ class Engine(RunAfter):
             snoozes=r[13],
             limit_key=r[14],
             attempts_given_back=r[15],
+            snoozes_forgiven=r[16],
         )
 
     def claimed_batch(self, rows, lease_id) -> list[Claimed]:
@@ -195,7 +196,7 @@ class Engine(RunAfter):
         An UPDATE returns its rows in no set order, and the worker hands its jobs to executors
         in this order: a sync job held back for must come before the coroutines claimed with
         it (jobs.pool.dispatcher)."""
-        rows = sorted(rows, key=lambda r: (-r[8], r[16]))
+        rows = sorted(rows, key=lambda r: (-r[8], r[-1]))
         return [self.claimed_from_row(r, lease_id) for r in rows]
 
     def claim(self, *, worker_id: str, queues: list[str] | None, limit: int, lease_seconds: float):

@@ -34,6 +34,8 @@ class Claimed:
     limit_key: str | None = None
     # Attempts given back at worker shutdowns: max_attempts was raised by as many.
     attempts_given_back: int = 0
+    # Snoozes an operator's retry gave back (MAX_SNOOZES counts snoozes - snoozes_forgiven).
+    snoozes_forgiven: int = 0
     # Set by the worker: when the attempt actually began in an executor (monotonic clock).
     began: float | None = field(default=None, compare=False)
     # Set by the worker: until when (monotonic clock) the claim's lease is sure to hold.

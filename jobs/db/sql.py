@@ -56,7 +56,7 @@ FINISH_COUNTERS = (
 CLAIMED_COLUMNS = (
     "id, task_path, {args}, {kwargs}, attempt, max_attempts, timeout, queue_name, priority, "
     "backend, started_at, enqueued_at, {backoff}, snoozes, limit_key, attempts_given_back, "
-    "run_after"
+    "snoozes_forgiven, run_after"
 )
 
 

@@ -103,6 +103,9 @@ class Job(models.Model):
     # Attempts given back by Snooze: they do not count toward max_attempts, and an attempt
     # row's number is attempt + snoozes (every run keeps its own row).
     snoozes = models.PositiveIntegerField(default=0, db_default=0)
+    # Snoozes before the last operator's retry: MAX_SNOOZES counts those after it, so that a
+    # job dead-lettered for snoozing too often gets its snoozes back when it is retried.
+    snoozes_forgiven = models.PositiveIntegerField(default=0, db_default=0)
     # Attempts handed back because the worker shut down during the last one: each raised
     # max_attempts by one, so the task's own maximum is max_attempts - attempts_given_back.
     attempts_given_back = models.PositiveSmallIntegerField(default=0, db_default=0)
