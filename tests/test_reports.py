@@ -111,7 +111,7 @@ def test_every_line_of_a_short_job_is_kept_with_its_attempt_also_when_it_fails(
 
 
 def test_five_thousand_lines_keep_at_most_a_thousand_the_first_and_the_last_and_mark_the_cut(
-    spawn_worker, reader_headers
+    spawn_worker, reader_headers, admin_client
 ):
     jid = job_id(tasks.logs_lines.enqueue(5000))
     spawn_worker("--concurrency", "1")
@@ -131,6 +131,10 @@ def test_five_thousand_lines_keep_at_most_a_thousand_the_first_and_the_last_and_
     cut_at = messages.index(cuts[0]["message"])
     assert messages[cut_at - 1] == f"line {cut_at} of 5000"
     assert messages[cut_at + 1] == f"line {cut_at + log['cut'] + 1} of 5000"
+    # The job's page shows them, the cut marked.
+    page = admin_client.get(f"/jobs/{jid}/")
+    assert page.status_code == 200
+    assert f"[{log['cut']:,} lines cut]" in page.content.decode()
 
 
 def test_an_async_def_task_reports_progress_and_lines_as_a_sync_one_does(

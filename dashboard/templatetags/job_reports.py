@@ -69,7 +69,7 @@ def progress_mini(job):
 def _entries(log):
     for entry in log.entries:
         if isinstance(entry, Cut):
-            yield {"cut": f"{entry.lines:,}"}
+            yield {"cut": entry.lines}
             continue
         at = timezone.localtime(entry.at)
         level = entry.level.lower()
