@@ -107,6 +107,9 @@ def listed_jobs(
     narrowed = {"state": state, "queue": queue, "task": task}
     walked, newest = listing.newest_first(jobs, **narrowed, on_the_row=bool(order or workflow))
     order = order or newest
+    # As the console's forms read it: blanks around the text are not searched for (a text of
+    # blanks alone would match nearly every row, through no index).
+    q = (q or "").strip()
     if q:
         names = distinct_names("task_path")
         common = is_common(walked, q, task_paths=names, order=order)

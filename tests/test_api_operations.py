@@ -35,6 +35,18 @@ def test_the_list_finds_jobs_by_argument_error_and_key(client, reader_headers):
     assert ids(client.get("/api/v1/jobs?q=WELCOME", headers=reader_headers)) == [str(keyed.id)]
 
 
+def test_blanks_around_a_search_text_are_not_searched_for_as_in_the_console(
+    client, reader_headers
+):
+    spaced = make_job(kwargs={"note": "a  b"})
+    failed = make_job(JobState.DEAD_LETTER, error_message="SMTP said no")
+    every = sorted([str(spaced.id), str(failed.id)])
+    for blanks in ("%20%20", "%09", "%20%0A%20"):
+        assert sorted(ids(client.get(f"/api/v1/jobs?q={blanks}", headers=reader_headers))) == every
+    found = client.get("/api/v1/jobs?q=%20smtp%09", headers=reader_headers)
+    assert ids(found) == [str(failed.id)]
+
+
 def test_search_pages_with_a_cursor_like_the_plain_list(client, reader_headers):
     made = [make_job(kwargs={"customer": "acme"}) for _ in range(5)]
     make_job(kwargs={"customer": "other"})
