@@ -35,9 +35,7 @@ def test_the_list_finds_jobs_by_argument_error_and_key(client, reader_headers):
     assert ids(client.get("/api/v1/jobs?q=WELCOME", headers=reader_headers)) == [str(keyed.id)]
 
 
-def test_blanks_around_a_search_text_are_not_searched_for_as_in_the_console(
-    client, reader_headers
-):
+def test_blanks_around_a_search_text_are_not_searched_for_as_in_the_console(client, reader_headers):
     spaced = make_job(kwargs={"note": "a  b"})
     failed = make_job(JobState.DEAD_LETTER, error_message="SMTP said no")
     every = sorted([str(spaced.id), str(failed.id)])
