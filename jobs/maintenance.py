@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from . import db, limits, moments, workflows
@@ -132,7 +133,8 @@ def prune_jobs(
 
     Their attempts and audit entries go with them (cascade); jobs pointing at them through
     `rerun_of` or `parent` keep existing with that link cleared. A job that a workflow node or
-    continuation after it still needs (not succeeded yet) is kept until that one succeeded.
+    continuation after it still needs (not succeeded yet) is kept until that one succeeded, and
+    a workflow's or batch's nodes are kept until every one of them may go.
     The lifetime counters are not touched. `progress(deleted_so_far, matched)` is called after
     each batch.
     """
@@ -142,8 +144,16 @@ def prune_jobs(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = timezone.now() - older_than
-    eligible = Job.objects.filter(state__in=states, finished_at__lt=cutoff).exclude(
-        workflows.needed_after()
+    prunable = Q(state__in=states, finished_at__lt=cutoff)
+    # A workflow or batch goes whole: while one of its nodes stays, a retry re-arms the nodes
+    # after it and a callback counts them all, so none of them goes before.
+    unfinished_graphs = (
+        Job.objects.filter(workflow_id__isnull=False).exclude(prunable).values("workflow_id")
+    )
+    eligible = (
+        Job.objects.filter(prunable)
+        .exclude(workflows.needed_after())
+        .exclude(workflow_id__in=unfinished_graphs)
     )
     matched = eligible.count()
     deleted = 0

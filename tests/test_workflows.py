@@ -781,8 +781,29 @@ def test_pruning_keeps_a_finished_node_until_the_nodes_after_it_succeeded():
     assert workflows.upstream_values(right.job_id) == {"node": "T"}
     finish(right_job)
     run(last)
-    assert prune_jobs(timedelta(days=7)).deleted == 2
-    assert state(last) == JobState.SUCCEEDED
+    Job.objects.filter(id__in=[right.job_id, last.job_id]).update(finished_at=old)
+    assert prune_jobs(timedelta(days=7)).deleted == 4
+
+
+def test_pruning_keeps_every_node_of_a_workflow_until_all_of_them_may_go():
+    wf = Workflow("w")
+    first = wf.add(tasks.node, "first")
+    second = wf.add(tasks.node, "second", after=[first])
+    other = wf.add(tasks.node, "other")
+    wf.enqueue()
+    run(first, JobState.DEAD_LETTER)
+    assert state(second) == JobState.CANCELLED
+    old = timezone.now() - timedelta(days=30)
+    Job.objects.filter(id__in=[first.job_id, second.job_id]).update(finished_at=old)
+    # `other` has not run: the cancelled node stays, so that a retry of `first` re-arms it.
+    assert prune_jobs(timedelta(days=7)).deleted == 0
+    assert actions.retry_job(first.job_id, source="python").changed
+    assert state(second) == JobState.SCHEDULED
+    run(first)
+    run(second)
+    run(other)
+    Job.objects.filter(workflow_id=wf.id).update(finished_at=old)
+    assert prune_jobs(timedelta(days=7)).deleted == 3
 
 
 def test_a_finished_node_a_node_after_it_still_needs_is_not_discarded():
