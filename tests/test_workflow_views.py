@@ -4,6 +4,7 @@ import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from jobs.models import AuditEntry, Job
 from jobs.states import JobState
@@ -124,3 +125,13 @@ def test_under_htmx_the_page_answers_its_fragment(client, viewer):
     answer = client.get(reverse("dashboard:workflow", args=[workflow_id]), HTTP_HX_REQUEST="true")
     html = answer.content.decode()
     assert html.lstrip().startswith('<section id="workflow"') and "<html" not in html
+
+
+def test_the_page_refreshes_itself_until_the_workflow_has_finished(client, operator):
+    workflow_id = diamond()
+    client.force_login(operator)
+    assert "data-poll" in page(client, workflow_id).content.decode()
+    Job.objects.filter(workflow_id=workflow_id).update(
+        state=JobState.CANCELLED, finished_at=timezone.now()
+    )
+    assert "data-poll" not in page(client, workflow_id).content.decode()

@@ -68,6 +68,10 @@ class Summary:
         return state_of(self.counts)
 
     @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+    @property
     def duration(self) -> timedelta | None:
         if self.started_at is None:
             return None
