@@ -25,7 +25,17 @@ FINISH_EVENTS = {
 }
 
 
+# An executor's line is at most this many bytes: under a pipe's PIPE_BUF (4,096 on Linux) a
+# write lands whole, so the lines of executors writing at once never interleave in the
+# worker's output. The attempt keeps a task's lines in full (jobs.attempt_log's own cap).
+EXECUTOR_LINE_BYTES = 4000
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self, max_bytes: int | None = None):
+        super().__init__()
+        self.max_bytes = max_bytes
+
     def format(self, record: logging.LogRecord) -> str:
         line = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -37,23 +47,45 @@ class JsonFormatter(logging.Formatter):
         line["message"] = record.getMessage()
         if record.exc_info:
             line["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(line, default=str, ensure_ascii=False)
+        text = json.dumps(line, default=str, ensure_ascii=False)
+        if self.max_bytes is None or len(text) * 4 <= self.max_bytes:
+            return text
+        return self._within(line, text)
+
+    def _within(self, line: dict, text: str) -> str:
+        """The line with its message (and traceback) cut until it takes at most max_bytes."""
+        assert self.max_bytes is not None
+        cut = 0
+        while (over := len(text.encode()) - self.max_bytes) > 0:
+            key = "traceback" if line.get("traceback") else "message"
+            value = str(line.get(key) or "")
+            if not value:
+                break
+            keep = max(0, len(value) - over - 16)
+            cut += len(value) - keep
+            # A traceback's last lines say what failed; a message's first lines say what it is.
+            line[key] = value[len(value) - keep :] if key == "traceback" else value[:keep]
+            if key == "traceback" and not keep:
+                del line["traceback"]
+            line["cut"] = cut
+            text = json.dumps(line, default=str, ensure_ascii=False)
+        return text
 
 
-def use_json(logger_name: str = "jobs") -> None:
+def use_json(logger_name: str = "jobs", max_bytes: int | None = None) -> None:
     """Write `logger_name`'s records as JSON lines: its handlers' formatter is replaced (a
     stderr handler is added where it has none). So is that of every other handler writing to
     this process's standard error or output, Python's last resort included: a log collector
     reading the worker's output gets JSON from Django's own loggers and the tasks' libraries
-    too, not a plain line among the objects."""
+    too, not a plain line among the objects. `max_bytes`: the longest line, cut to fit."""
     logger = logging.getLogger(logger_name)
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler())
         logger.propagate = False
     for handler in logger.handlers:
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(max_bytes))
     for handler in _console_handlers():
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(max_bytes))
 
 
 def _console_handlers() -> list[logging.Handler]:

@@ -39,9 +39,9 @@ def worker_logging() -> tuple[int, bool]:
 
 def log_like_the_worker(setup: tuple[int, bool]) -> None:
     """In an executor: set up its `jobs` loggers as `worker_logging()` read the worker's."""
-    from .logformat import use_json
+    from .logformat import EXECUTOR_LINE_BYTES, use_json
 
     level, json_lines = setup
     configure_worker_logging(level or None)
     if json_lines:
-        use_json()
+        use_json(max_bytes=EXECUTOR_LINE_BYTES)

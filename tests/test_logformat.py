@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from jobs.logformat import FIELDS
+from jobs.logformat import EXECUTOR_LINE_BYTES, FIELDS
 from tests import tasks
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -55,6 +55,19 @@ def test_a_tasks_own_log_lines_follow_the_workers_format_and_level(run_worker):
     quiet = run_worker("--log-level", "ERROR")
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert "a warning under --log-level ERROR" not in quiet.stderr
+
+
+def test_big_task_lines_of_executors_logging_at_once_stay_whole_json_lines(run_worker):
+    big = "x" * 200_000
+    jobs = [tasks.logs_hostile.enqueue(f"big {i} {big}").id for i in range(8)]
+    proc = run_worker("--log-format", "json", "--concurrency", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raw = [line for line in proc.stderr.splitlines() if line.strip()]
+    lines = [json.loads(line) for line in raw]  # each one parses: none ran into another
+    told = [x for x in lines if x.get("message", "").startswith("big ")]
+    assert len(told) == len(jobs)
+    assert all(x["cut"] > 190_000 and x["message"].endswith("x") for x in told)
+    assert max(len(line.encode()) for line in raw) <= EXECUTOR_LINE_BYTES
 
 
 def test_lines_of_loggers_the_project_left_unconfigured_come_out_as_json_too(run_worker):
