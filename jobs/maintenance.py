@@ -152,7 +152,7 @@ def prune_jobs(
     )
     eligible = (
         Job.objects.filter(prunable)
-        .exclude(workflows.needed_after())
+        .exclude(workflows.needed_after(outside_its_workflow=True))
         .exclude(workflow_id__in=unfinished_graphs)
     )
     matched = eligible.count()

@@ -806,6 +806,22 @@ def test_pruning_keeps_every_node_of_a_workflow_until_all_of_them_may_go():
     assert prune_jobs(timedelta(days=7)).deleted == 3
 
 
+def test_a_finished_workflow_is_pruned_whole_in_one_pass_as_the_dry_run_counted():
+    wf, first, second, third, fourth = chain("first", "second", "third", "fourth")
+    wf.enqueue()
+    run(first)
+    run(second, JobState.DEAD_LETTER)
+    Job.objects.filter(workflow_id=wf.id).update(finished_at=timezone.now() - timedelta(days=30))
+    every = ("succeeded", "cancelled", "dead_letter")
+    assert prune_jobs(timedelta(days=7), states=every, dry_run=True).matched == 4
+    passes = []
+    result = prune_jobs(
+        timedelta(days=7), states=every, batch_size=1, progress=lambda n, of: passes.append(of)
+    )
+    assert (result.matched, result.deleted) == (4, 4)
+    assert passes == [4, 4, 4, 4]
+
+
 def test_a_finished_node_a_node_after_it_still_needs_is_not_discarded():
     wf, first, second, third = chain("first", "second", "third")
     wf.enqueue()

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, Max, Min, OuterRef
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q
 from django.utils import timezone
 
 from ..models import Attempt, Dependency, Job
@@ -24,16 +24,21 @@ def upstream_values(job_id) -> dict:
     }
 
 
-def needed_after() -> Exists:
+def needed_after(*, outside_its_workflow: bool = False) -> Exists:
     """Does a job that runs after this one (a workflow node, a continuation) not have its
     success yet? (An expression over the job's id.) Its edge to this job is what gives it this
     job's value and what re-arms it when this job is retried: a finished job such a job needs
-    is kept (discard, prune) until that job succeeded or is gone."""
-    return Exists(
-        Dependency.objects.filter(upstream_id=OuterRef("id")).exclude(
-            downstream__state=JobState.SUCCEEDED
-        )
+    is kept (discard, prune) until that job succeeded or is gone. `outside_its_workflow`: only
+    jobs outside this job's workflow count (a prune takes a workflow whole, or none of it)."""
+    edges = Dependency.objects.filter(upstream_id=OuterRef("id")).exclude(
+        downstream__state=JobState.SUCCEEDED
     )
+    if outside_its_workflow:
+        edges = edges.exclude(
+            Q(downstream__workflow_id__isnull=False)
+            & Q(downstream__workflow_id=OuterRef("workflow_id"))
+        )
+    return Exists(edges)
 
 
 def first_needing(job_id):
