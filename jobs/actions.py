@@ -530,18 +530,19 @@ def discard_job(job_or_id, *, user=None, source="python", record=True) -> Action
     with transaction.atomic():
         moments.repair_stored([job_id])  # deleting reads the job and the rows pointing at it
         held = _held_in([job_id], DISCARDABLE)  # its state cannot change before the delete
-        job = Job.objects.filter(id=job_id).only("id", "task_path", "state").first()
+        job = Job.objects.filter(id=job_id).only("id", "task_path", "state", "workflow_id").first()
         if job is None:
             return ActionResult(False, "no such job")
         if not held:
             message = f"job is {_words(job.state)}; only finished jobs can be discarded"
             _audit(job_id, "discard", message, user=user, source=source, record=record)
             return ActionResult(False, message, job=job)
-        needing = workflows.first_needing(job_id)
+        needing = workflows.first_needing(job)
         if needing is not None:
             message = (
                 f"job {needing[0]} runs after this one and is {_words(needing[1])}: it needs "
-                "this job's result; discard it first, or let it succeed"
+                "this job's result; discard it first"
+                + ("" if needing[1] == JobState.SUCCEEDED else ", or let it succeed")
             )
             _audit(job_id, "discard", message, user=user, source=source, record=record)
             return ActionResult(False, message, job=job)

@@ -835,6 +835,19 @@ def test_a_finished_node_a_node_after_it_still_needs_is_not_discarded():
     assert AuditEntry.objects.filter(job_id=first.job_id, action="discard").exists()
 
 
+def test_a_node_is_discarded_only_after_the_nodes_after_it_so_that_none_reruns_without_it():
+    wf, first, second = chain("first", "second")
+    wf.enqueue()
+    run(first, value="F")
+    run(second)
+    refused = actions.discard_job(first.job_id, source="python")
+    assert not refused.changed and "discard it first" in refused.message
+    new = actions.rerun(second.job_id)
+    assert new is not None and workflows.upstream_values(new.id) == {"node": "F"}
+    assert actions.discard_job(second.job_id, source="python").changed
+    assert not actions.discard_job(first.job_id, source="python").changed  # the rerun needs it
+
+
 def test_discarding_a_failed_chain_at_once_takes_it_from_its_end():
     wf, first, second, third = chain("first", "second", "third")
     wf.enqueue()

@@ -25,30 +25,35 @@ def upstream_values(job_id) -> dict:
 
 
 def needed_after(*, outside_its_workflow: bool = False) -> Exists:
-    """Does a job that runs after this one (a workflow node, a continuation) not have its
-    success yet? (An expression over the job's id.) Its edge to this job is what gives it this
-    job's value and what re-arms it when this job is retried: a finished job such a job needs
-    is kept (discard, prune) until that job succeeded or is gone. `outside_its_workflow`: only
-    jobs outside this job's workflow count (a prune takes a workflow whole, or none of it)."""
-    edges = Dependency.objects.filter(upstream_id=OuterRef("id")).exclude(
-        downstream__state=JobState.SUCCEEDED
+    """Does a job that runs after this one still need it? (An expression over the job's id.)
+
+    A continuation or a job outside this job's workflow needs it until it has succeeded: its
+    edge to this job gives it this job's value and re-arms it when this job is retried. A node
+    of the same workflow needs it while it exists, succeeded or not: rerun, it reads this
+    job's value as it did. A finished job so needed is kept (discard, prune) until that job
+    succeeded or is gone. `outside_its_workflow`: the nodes of its own workflow do not count
+    (a prune takes a workflow whole, or none of it)."""
+    edges = Dependency.objects.filter(upstream_id=OuterRef("id"))
+    same_workflow = Q(downstream__workflow_id__isnull=False) & Q(
+        downstream__workflow_id=OuterRef("workflow_id")
     )
     if outside_its_workflow:
-        edges = edges.exclude(
-            Q(downstream__workflow_id__isnull=False)
-            & Q(downstream__workflow_id=OuterRef("workflow_id"))
-        )
+        edges = edges.exclude(same_workflow).exclude(downstream__state=JobState.SUCCEEDED)
+    else:
+        edges = edges.filter(~Q(downstream__state=JobState.SUCCEEDED) | same_workflow)
     return Exists(edges)
 
 
-def first_needing(job_id):
-    """(id, state) of a job after `job_id` that has not succeeded, or None."""
-    return (
-        Dependency.objects.filter(upstream_id=job_id)
-        .exclude(downstream__state=JobState.SUCCEEDED)
-        .values_list("downstream_id", "downstream__state")
-        .first()
-    )
+def first_needing(job: Job):
+    """(id, state) of a job after `job` that still needs it (needed_after), or None."""
+    edges = Dependency.objects.filter(upstream_id=job.id)
+    if job.workflow_id is None:
+        edges = edges.exclude(downstream__state=JobState.SUCCEEDED)
+    else:
+        edges = edges.filter(
+            ~Q(downstream__state=JobState.SUCCEEDED) | Q(downstream__workflow_id=job.workflow_id)
+        )
+    return edges.order_by("downstream_id").values_list("downstream_id", "downstream__state").first()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
