@@ -89,8 +89,9 @@ class Written:
 class AttemptReport:
     """Progress and log lines of one attempt, buffered until its writer writes them."""
 
-    def __init__(self, job_id, lease_id, attempt: int, writer=None):
+    def __init__(self, job_id, lease_id, attempt: int, writer=None, *, task="", queue=""):
         self.job_id, self.lease_id, self.attempt = job_id, lease_id, attempt
+        self.task, self.queue = task, queue
         self._writer = writer or current_writer()
         self._lock = threading.Lock()
         self._keeper = attempt_log.Keeper()
@@ -203,8 +204,18 @@ class _AttemptLogger(logging.Logger):
             report.add_line(record.created, record.levelname, message)
         if self.handlers:  # added by the task itself
             super().callHandlers(record)
-        # As context.logger did before: the project's handlers see what its levels let through.
+        # As context.logger did before: the project's handlers see what its levels let through,
+        # each line naming its job (a field the task gave in `extra` stays as it gave it).
         if self.onward.isEnabledFor(record.levelno):
+            if report is not None:
+                for name, value in (
+                    ("job_id", str(report.job_id)),
+                    ("task", report.task or None),
+                    ("queue", report.queue or None),
+                    ("attempt", report.attempt),
+                ):
+                    if not hasattr(record, name):
+                        setattr(record, name, value)
             self.onward.handle(record)
 
 

@@ -181,7 +181,13 @@ class Attempt:
             task_started.send(sender=self.sender, task_result=self.result)
         if not task.takes_context:
             return self.args
-        self.report = AttemptReport(claimed.id, claimed.lease_id, claimed.attempt)
+        self.report = AttemptReport(
+            claimed.id,
+            claimed.lease_id,
+            claimed.attempt,
+            task=claimed.task_path,
+            queue=claimed.queue_name,
+        )
         context = JobContext(
             task_result=self.result,
             attempt=claimed.attempt,

@@ -49,7 +49,13 @@ def test_a_tasks_own_log_lines_follow_the_workers_format_and_level(run_worker):
     lines = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
     (line,) = [x for x in lines if "from the task" in x.get("message", "")]  # one line
     assert (line["level"], line["message"]) == ("warning", "a line from the task with a\nbreak")
-    assert str(job) in {x["job_id"] for x in lines}
+    # It names its job, as the worker's own lines do.
+    assert (line["job_id"], line["task"], line["queue"], line["attempt"]) == (
+        str(job),
+        "tests.tasks.logs_hostile",
+        "default",
+        1,
+    )
 
     tasks.logs_hostile.enqueue("a warning under --log-level ERROR")
     quiet = run_worker("--log-level", "ERROR")
