@@ -33,27 +33,30 @@ def needed_after(*, outside_its_workflow: bool = False) -> Exists:
     job's value as it did. A finished job so needed is kept (discard, prune) until that job
     succeeded or is gone. `outside_its_workflow`: the nodes of its own workflow do not count
     (a prune takes a workflow whole, or none of it)."""
-    edges = Dependency.objects.filter(upstream_id=OuterRef("id"))
-    same_workflow = Q(downstream__workflow_id__isnull=False) & Q(
-        downstream__workflow_id=OuterRef("workflow_id")
-    )
     if outside_its_workflow:
-        edges = edges.exclude(same_workflow).exclude(downstream__state=JobState.SUCCEEDED)
-    else:
-        edges = edges.filter(~Q(downstream__state=JobState.SUCCEEDED) | same_workflow)
-    return Exists(edges)
+        edges = Dependency.objects.filter(upstream_id=OuterRef("id"))
+        return Exists(
+            edges.exclude(_same_workflow(OuterRef("workflow_id"))).exclude(
+                downstream__state=JobState.SUCCEEDED
+            )
+        )
+    return Exists(_needing(OuterRef("id"), OuterRef("workflow_id")))
 
 
 def first_needing(job: Job):
     """(id, state) of a job after `job` that still needs it (needed_after), or None."""
-    edges = Dependency.objects.filter(upstream_id=job.id)
-    if job.workflow_id is None:
-        edges = edges.exclude(downstream__state=JobState.SUCCEEDED)
-    else:
-        edges = edges.filter(
-            ~Q(downstream__state=JobState.SUCCEEDED) | Q(downstream__workflow_id=job.workflow_id)
-        )
-    return edges.order_by("downstream_id").values_list("downstream_id", "downstream__state").first()
+    edges = _needing(job.id, job.workflow_id).order_by("downstream_id")
+    return edges.values_list("downstream_id", "downstream__state").first()
+
+
+def _needing(upstream, workflow_id):
+    """The edges from `upstream` (of workflow `workflow_id`) to the jobs that still need it."""
+    not_yet = ~Q(downstream__state=JobState.SUCCEEDED)
+    return Dependency.objects.filter(not_yet | _same_workflow(workflow_id), upstream_id=upstream)
+
+
+def _same_workflow(workflow_id) -> Q:
+    return Q(downstream__workflow_id__isnull=False) & Q(downstream__workflow_id=workflow_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
