@@ -221,9 +221,8 @@ def _refused_for_upstream(job_id, *, user, source, record) -> ActionResult | Non
     if found is None or _state_of(job_id) not in RETRYABLE:
         return None
     upstream, state = found
-    ended = "a dead letter" if state == JobState.DEAD_LETTER else _words(state)
     message = (
-        f"job runs only after job {upstream}, which is {ended}: retry that job first (the "
+        f"job runs only after job {upstream}, which is {_ended(state)}: retry that job first (the "
         "jobs its failure cancelled wait again with it)"
     )
     _audit(job_id, "retry", message, user=user, source=source, record=record)
@@ -367,11 +366,10 @@ def _rerun_refused_for_upstream(original, upstream, user, source) -> ActionResul
         return None
     up, state = blocking
     if state in TERMINAL:
-        ended = "a dead letter" if state == JobState.DEAD_LETTER else _words(state)
         next_step = "retry that job first"
     else:
-        ended, next_step = _words(state), "rerun this one once that job ended"
-    message = f"job runs only after job {up}, which is {ended}: {next_step}"
+        next_step = "rerun this one once that job ended"
+    message = f"job runs only after job {up}, which is {_ended(state)}: {next_step}"
     _audit(original.id, "rerun", message, user=user, source=source)
     return ActionResult(False, message, job=original)
 
@@ -607,6 +605,11 @@ def _held_in(job_ids, states, **also) -> list[uuid.UUID]:
 
 def _words(state):
     return JobState(state).label.lower()
+
+
+def _ended(state):
+    """A state in a sentence: "which is a dead letter", "which is cancelled"."""
+    return "a dead letter" if state == JobState.DEAD_LETTER else _words(state)
 
 
 # The contract's Python API.

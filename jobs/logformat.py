@@ -103,17 +103,26 @@ def _console_handlers() -> list[logging.Handler]:
     ]
 
 
+def job_fields(claimed) -> dict:
+    """The fields naming the job of a line about an attempt of `claimed`."""
+    return {
+        "job_id": str(claimed.id),
+        "task": claimed.task_path,
+        "queue": claimed.queue_name,
+        "attempt": claimed.attempt,
+    }
+
+
 def finish_fields(finish, claimed) -> dict:
     """The `extra` of an attempt's log record (`claimed` None when it is no longer known)."""
     duration = None
     if finish.started_at and finish.finished_at:
         duration = round((finish.finished_at - finish.started_at).total_seconds() * 1000, 1)
+    known = job_fields(claimed) if claimed else {"task": None, "queue": None, "attempt": None}
     return {
         "event": FINISH_EVENTS.get(finish.state, "job_finished"),
+        **known,
         "job_id": str(finish.job_id),
-        "task": claimed.task_path if claimed else None,
-        "queue": claimed.queue_name if claimed else None,
-        "attempt": claimed.attempt if claimed else None,
         "duration_ms": duration,
         "error_type": finish.error_type or None,
     }

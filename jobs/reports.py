@@ -89,9 +89,10 @@ class Written:
 class AttemptReport:
     """Progress and log lines of one attempt, buffered until its writer writes them."""
 
-    def __init__(self, job_id, lease_id, attempt: int, writer=None, *, task="", queue=""):
+    def __init__(self, job_id, lease_id, attempt: int, writer=None, *, log_fields=None):
         self.job_id, self.lease_id, self.attempt = job_id, lease_id, attempt
-        self.task, self.queue = task, queue
+        # What the lines handed on to the project's handlers carry (jobs.logformat.job_fields).
+        self.log_fields: dict = log_fields or {}
         self._writer = writer or current_writer()
         self._lock = threading.Lock()
         self._keeper = attempt_log.Keeper()
@@ -207,15 +208,9 @@ class _AttemptLogger(logging.Logger):
         # As context.logger did before: the project's handlers see what its levels let through,
         # each line naming its job (a field the task gave in `extra` stays as it gave it).
         if self.onward.isEnabledFor(record.levelno):
-            if report is not None:
-                for name, value in (
-                    ("job_id", str(report.job_id)),
-                    ("task", report.task or None),
-                    ("queue", report.queue or None),
-                    ("attempt", report.attempt),
-                ):
-                    if not hasattr(record, name):
-                        setattr(record, name, value)
+            for name, value in (report.log_fields if report is not None else {}).items():
+                if not hasattr(record, name):
+                    setattr(record, name, value)
             self.onward.handle(record)
 
 

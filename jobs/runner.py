@@ -16,6 +16,7 @@ from .db import Claimed
 from .errors import JobTimeout, PoisonJob, ResultTooLarge, Snooze, Unrecoverable, snooze_seconds
 from .errortext import describe
 from .executor_loop import timed_out, timeout_ends
+from .logformat import job_fields
 from .outcome import Ran, RanKind, now, plan_retry, task_result_for
 from .reports import AttemptReport
 from .states import DeadLetterReason
@@ -182,11 +183,7 @@ class Attempt:
         if not task.takes_context:
             return self.args
         self.report = AttemptReport(
-            claimed.id,
-            claimed.lease_id,
-            claimed.attempt,
-            task=claimed.task_path,
-            queue=claimed.queue_name,
+            claimed.id, claimed.lease_id, claimed.attempt, log_fields=job_fields(claimed)
         )
         context = JobContext(
             task_result=self.result,
