@@ -41,7 +41,12 @@ FIRST_START = 1  # monotonic time that job started
 LEASES = 2  # monotonic time until which the worker's last lease renewal holds
 TAKEN = 3  # highest seq the child has taken (started)
 RELEASE_UP_TO = 4  # highest seq the child must no longer start
-HEADER = 5  # then (seq, start) of slots 1 .. async_slots - 1, in pairs
+# Before stopping a child from outside, the worker asks it to write its running jobs' progress
+# and log lines (jobs.pool.child): it counts REPORTS_ASKED up, the child sets REPORTS_WRITTEN
+# to the count it answered.
+REPORTS_ASKED = 5
+REPORTS_WRITTEN = 6
+HEADER = 7  # then (seq, start) of slots 1 .. async_slots - 1, in pairs
 # A coroutine that keeps the event loop this long without yielding is logged.
 LOOP_BLOCK_THRESHOLD = 0.5
 LOOP_TICK = 0.1

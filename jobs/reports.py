@@ -5,9 +5,10 @@ A task with takes_context=True calls `context.progress(done, total, message)` an
 thread or event loop may report), and go from the executor straight to the database: written by
 a thread over a connection of its own at most once a second per attempt however chatty the task
 is, and a last time as the attempt ends, before its outcome goes back to the worker. The worker
-holds none of it, so an executor that crashes loses at most its last second. Every write is
-fenced by the attempt's lease (jobs.db.reports): once the lease is taken over, nothing more is
-written.
+holds none of it, so an executor that crashes loses at most its last second; one the worker
+stops (a timeout, a cancel, the shutdown timeout) is first asked to write what it holds. Every
+write is fenced by the attempt's lease (jobs.db.reports): once the lease is taken over, nothing
+more is written.
 
 Outside an executor (eager mode) nothing is written until the attempt ends, then over the
 caller's connection, inside its transaction if it has one.
@@ -241,6 +242,8 @@ class LiveWriter:
         self._conn = None
         self._last_write = time.monotonic()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._asked: list = []  # called once the writes asked for by `write_all_now` are done
 
     def watch(self, report):
         with self._lock:
@@ -255,6 +258,18 @@ class LiveWriter:
         with self._lock:
             self._reports.discard(report)
         self.flush(report, tries=2)
+
+    def write_all_now(self, done):
+        """Write every running attempt's report at once, on the writer's thread, then call
+        `done()` (at once when nothing was ever reported here). Never waits itself."""
+        with self._lock:
+            idle = self._thread is None
+            if not idle:
+                self._asked.append(done)
+        if idle:
+            done()
+        else:
+            self._wake.set()
 
     def flush(self, report, *, tries=1):
         with self._write_lock:
@@ -299,11 +314,15 @@ class LiveWriter:
 
     def _run(self):
         while True:
-            time.sleep(self.interval)
+            self._wake.wait(self.interval)
+            self._wake.clear()
             with self._lock:
                 reports = list(self._reports)
+                asked, self._asked = self._asked, []
             for report in reports:
                 self.flush(report)
+            for done in asked:
+                done()
             if not reports and time.monotonic() - self._last_write > IDLE_SECONDS:
                 with self._write_lock:
                     self._drop_connection()
@@ -322,3 +341,12 @@ def start_live_writer() -> None:
 
 def current_writer():
     return _live or _INLINE
+
+
+def write_all_now(done) -> None:
+    """Write what this process's running attempts reported so far, then call `done()`: an
+    executor about to be stopped from outside keeps its jobs' last lines (jobs.pool.child)."""
+    if _live is None:
+        done()
+    else:
+        _live.write_all_now(done)

@@ -388,6 +388,20 @@ def logs_lines(context, count, fail=False):
 
 
 @task(backoff=NO_WAIT, takes_context=True)
+def logs_then_hangs(context, folder):
+    """Reports and logs a first line; once the test creates `folder`/go, three more lines and
+    its last progress, marks `folder`/hanging and hangs until it is stopped from outside."""
+    context.progress(1, 2, "first step")
+    context.logger.info("first line")
+    _wait_for_file(Path(folder) / "go")
+    for i in range(2, 5):
+        context.logger.info("line %d", i)
+    context.progress(2, 2, "last words")
+    (Path(folder) / "hanging").touch()
+    time.sleep(120)
+
+
+@task(backoff=NO_WAIT, takes_context=True)
 def logs_hostile(context, text, wait_for=""):
     """Logs `text` and reports it as the progress message; waits for `wait_for` if given."""
     context.progress(1, 2, text)

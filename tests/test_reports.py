@@ -1,6 +1,7 @@
 """A running job speaks: its progress and log lines, written from the real worker's executor and
 read through the API and the console while it runs (jobs.reports, jobs.attempt_log)."""
 
+import signal
 import uuid
 
 import pytest
@@ -147,3 +148,51 @@ def test_an_async_def_task_reports_progress_and_lines_as_a_sync_one_does(
     assert (progress["done"], progress["total"], progress["message"]) == (20, 20, "async step 20")
     lines = [line["message"] for line in api_logs(reader_headers, jid)["lines"]]
     assert lines == [f"async line {i}" for i in range(1, 21)]
+
+
+LAST_WORDS = ["first line", "line 2", "line 3", "line 4"]
+
+
+def _first_line_written_then_go(jid, folder):
+    """Once the executor's periodic write has taken the first line, lets the task log the rest:
+    the next periodic write is a second away, so whatever stops the job sooner stops it with
+    its last lines (and last progress) not yet written."""
+    wait_for(
+        lambda: LogLine.objects.filter(job_id=jid).exists(),
+        timeout=30,
+        interval=0.01,
+        what="the first line to be written",
+    )
+    (folder / "go").touch()
+    wait_for(lambda: (folder / "hanging").exists(), timeout=30, interval=0.01, what="the rest")
+
+
+def _kept_to_the_last_word(headers, jid):
+    lines = [line["message"] for line in api_logs(headers, jid, 1)["lines"]]
+    assert lines == LAST_WORDS
+    progress = api_job(headers, jid)["progress"]
+    assert (progress["done"], progress["message"]) == (2, "last words")
+
+
+def test_the_last_lines_of_an_attempt_stopped_at_its_timeout_are_kept(
+    spawn_worker, reader_headers, tmp_path
+):
+    jid = job_id(tasks.logs_then_hangs.using(max_attempts=1, timeout=1.5).enqueue(str(tmp_path)))
+    spawn_worker("--concurrency", "1")
+    _first_line_written_then_go(jid, tmp_path)
+    assert finished(jid) == JobState.DEAD_LETTER
+    job = Job.objects.get(id=jid)
+    assert job.error_type == "JobTimeout"
+    _kept_to_the_last_word(reader_headers, jid)
+
+
+def test_the_last_lines_of_an_attempt_stopped_by_the_shutdown_timeout_are_kept(
+    spawn_worker, reader_headers, tmp_path
+):
+    jid = job_id(tasks.logs_then_hangs.using(max_attempts=1).enqueue(str(tmp_path)))
+    worker = spawn_worker("--concurrency", "1", "--shutdown-timeout", "0.1")
+    _first_line_written_then_go(jid, tmp_path)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert Job.objects.get(id=jid).state != JobState.RUNNING
+    _kept_to_the_last_word(reader_headers, jid)

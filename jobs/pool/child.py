@@ -12,7 +12,7 @@ import time
 from multiprocessing import forkserver
 from typing import Any
 
-from ..executor_loop import ExecutorLoop, lease_holds
+from ..executor_loop import REPORTS_ASKED, REPORTS_WRITTEN, ExecutorLoop, lease_holds
 from .wire import _dumps, _job_codec, _ran_codec
 
 # How often the child checks that its worker is alive and its job's lease still holds.
@@ -69,7 +69,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logg
     from django.db import connections
 
     from ..logs import log_like_the_worker
-    from ..reports import start_live_writer
+    from ..reports import start_live_writer, write_all_now
     from ..task_connections import tidy
 
     if logging_setup is not None:
@@ -87,9 +87,19 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logg
         tidy=tidy,
     )
 
+    def answer(asked):
+        status[REPORTS_WRITTEN] = asked
+
     def watchdog():
+        answered = 0.0
         while True:
             time.sleep(WATCH_INTERVAL)
+            asked = status[REPORTS_ASKED]
+            if asked > answered:
+                # The worker is about to stop this process: its jobs' last lines are written
+                # first, on the writer's thread (this one must go on watching meanwhile).
+                answered = asked
+                write_all_now(lambda asked=asked: answer(asked))
             if os.getppid() != parent:
                 os._exit(70)  # the worker (or its fork server) is gone; others recover its jobs
             for running in list(executor.running.values()):

@@ -13,7 +13,15 @@ import signal
 import time
 from multiprocessing import forkserver, resource_tracker
 
-from ..executor_loop import LEASES, RELEASE_UP_TO, TAKEN, new_status, started_jobs
+from ..executor_loop import (
+    LEASES,
+    RELEASE_UP_TO,
+    REPORTS_ASKED,
+    REPORTS_WRITTEN,
+    TAKEN,
+    new_status,
+    started_jobs,
+)
 from ..logs import worker_logging
 from .child import STOP_SIGNALS, child_main
 from .process_tree import kill_tree
@@ -21,6 +29,12 @@ from .wire import SEND_EVERY, Channel, _dumps, _job_codec, _ran_codec
 
 # Seconds a closing executor is given to take the rest of what was written to it.
 CLOSE_TIMEOUT = 2.0
+# Seconds an executor about to be stopped is given to write its jobs' last progress and lines:
+# one write over its own connection, unless its task holds the interpreter or the database
+# does not answer (then they are lost with it, as in a crash).
+REPORTS_TIMEOUT = 1.0
+# How often the worker looks whether they are written.
+REPORTS_LOOK = 0.005
 
 
 def mp_context():
@@ -265,6 +279,22 @@ class Executor:
 
     def alive(self):
         return self.process.is_alive()
+
+    def ask_for_reports(self):
+        """Ask the child to write what its running jobs reported so far (their progress and log
+        lines), as the worker is about to stop it; `wait_for_reports` waits for the answer."""
+        if self.status[REPORTS_ASKED] <= self.status[REPORTS_WRITTEN] and self.process.is_alive():
+            self.status[REPORTS_ASKED] += 1
+
+    def wait_for_reports(self, timeout: float = REPORTS_TIMEOUT) -> bool:
+        """Until the child has written what `ask_for_reports` asked for, or at most `timeout`
+        seconds; whether it did (True also when it was not asked, or is gone)."""
+        deadline = time.monotonic() + timeout
+        while self.status[REPORTS_WRITTEN] < self.status[REPORTS_ASKED]:
+            if time.monotonic() >= deadline or not self.process.is_alive():
+                return False
+            time.sleep(REPORTS_LOOK)
+        return True
 
     def end(self):
         """Kill the child if it still runs, with the processes its jobs started, and reap it."""

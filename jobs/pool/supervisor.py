@@ -26,7 +26,7 @@ from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
 from .child import LEASE_LAPSED
 from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
-from .executor import Executor, StopFlag, StoppedBeforeStart
+from .executor import REPORTS_TIMEOUT, Executor, StopFlag, StoppedBeforeStart
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,8 @@ class Supervisor:
                     # The job belongs to whoever recovered it. Stop its executor; the other
                     # jobs there go back in line.
                     executor.take(seq)
-                    self._stop(executor, failure=WorkerLost("lease lost"))
+                    # Its reports are not asked for: writes fenced by the lost lease land nowhere.
+                    self._stop(executor, failure=WorkerLost("lease lost"), last_reports=False)
                     return
 
     def shutdown(self):
@@ -196,6 +197,9 @@ class Supervisor:
         self.restarts.clear()
         for executor in self.executors:
             executor.close()  # in order: each exits once it has answered what it holds
+        for executor in self.executors:
+            if executor.started():  # asked all at once: they write in parallel
+                executor.ask_for_reports()
         for executor in list(self.executors):
             if not executor.started():
                 executor.process.join(2)
@@ -212,13 +216,31 @@ class Supervisor:
             executor.end()
 
     def _stop(
-        self, executor, *, failure, kind=RanKind.ERROR, culprit=None, results=None, crashed=False
+        self,
+        executor,
+        *,
+        failure,
+        kind=RanKind.ERROR,
+        culprit=None,
+        results=None,
+        crashed=False,
+        last_reports=True,
     ):
         """Stop an executor and settle its jobs: those it had started end with `failure` (only
         the job `culprit` when given: the others it had started fail as ExecutorCrashed), those
         it never started go to `settle` as unstarted; then start a new executor, unless the
-        worker is stopping."""
+        worker is stopping. Unless `results` are given (it is gone already) or `last_reports`
+        is false, it is first given a moment to write its jobs' last progress and log lines."""
         if results is None:
+            if last_reports and executor.started():
+                executor.ask_for_reports()
+                if not executor.wait_for_reports() and executor.alive():
+                    logger.warning(
+                        "executor process %s did not write its jobs' last progress and log "
+                        "lines within %gs; lines of their last second may be lost",
+                        executor.pid,
+                        REPORTS_TIMEOUT,
+                    )
             results = executor.kill()
         stopped = Stopped()
         for seq, ran in results:
