@@ -296,6 +296,35 @@ def test_a_workflows_start_stays_its_first_attempts_start_after_the_node_is_retr
     assert summary.started_at == first_start
 
 
+@pytest.mark.parametrize("waits", ["in a retry's backoff", "snoozed"])
+def test_a_workflow_whose_only_started_node_waits_again_is_running_not_pending(waits):
+    wf, first, _second = chain("first", "second")
+    workflow_id = wf.enqueue()
+    [summary] = workflows.summaries(WorkflowRecord.objects.filter(id=workflow_id))
+    assert summary.state == "pending"
+    claimed = claim(first)
+    again = {
+        "in a retry's backoff": {"state": JobState.RETRYING, "outcome": AttemptOutcome.FAILED},
+        "snoozed": {"state": JobState.PENDING, "outcome": AttemptOutcome.SNOOZED, "snoozed": True},
+    }[waits]
+    db.finish(
+        [
+            db.Finish(
+                job_id=claimed.id,
+                lease_id=claimed.lease_id,
+                worker_id="w-test",
+                delay=3600,
+                started_at=timezone.now(),
+                finished_at=timezone.now(),
+                **again,
+            )
+        ]
+    )
+    assert state(first) == again["state"]
+    [summary] = workflows.summaries(WorkflowRecord.objects.filter(id=workflow_id))
+    assert (summary.state, summary.done) == ("running", 0)
+
+
 def test_retrying_a_node_whose_upstream_did_not_succeed_is_refused_and_changes_nothing():
     wf, top, left, right, last = diamond()
     workflow_id = wf.enqueue()

@@ -78,7 +78,7 @@ class Summary:
 
     @property
     def state(self) -> str:
-        return state_of(self.counts)
+        return state_of(self.counts, started=self.started_at is not None)
 
     @property
     def finished(self) -> bool:
@@ -142,15 +142,20 @@ def _earliest(*moments):
     return min(known) if known else None
 
 
-def state_of(counts: dict) -> str:
+def state_of(counts: dict, *, started: bool = False) -> str:
     """A workflow's state from its nodes' counts: pending until a node starts, running until
-    every node has ended, then succeeded, failed (a node dead-lettered) or cancelled."""
+    every node has ended, then succeeded, failed (a node dead-lettered) or cancelled.
+
+    `started`: a node has started (it may be waiting again now: snoozed, or in a retry's
+    backoff, and the workflow is under way all the same)."""
     total = sum(counts.values())
     ended = sum(counts.get(s, 0) for s in TERMINAL)
     if total == 0:
         return "empty"
     if ended < total:
-        return "running" if counts.get(JobState.RUNNING) or ended else "pending"
+        under_way = started or ended or counts.get(JobState.RUNNING)
+        under_way = under_way or counts.get(JobState.RETRYING)
+        return "running" if under_way else "pending"
     if counts.get(JobState.DEAD_LETTER):
         return "failed"
     if counts.get(JobState.CANCELLED):
