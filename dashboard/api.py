@@ -17,7 +17,7 @@ from jobs.text import holds_as_is
 
 from . import json_input, metrics, openapi, queries, queue_rows
 from .auth import api_view
-from .columns import JOB_COLUMNS
+from .columns import API_COLUMNS
 from .pagination import DEFAULT_LIMIT, MAX_LIMIT, Cursor, InvalidCursor, Page, keyset_page
 from .serializers import (
     BadRequest,
@@ -71,7 +71,7 @@ class JobListQuery:
             state=self.state, queue=self.queue, task=self.task, q=self.q
         )
         return keyset_page(
-            jobs.only(*JOB_COLUMNS), order=order, cursor=self.cursor, limit=self.limit
+            jobs.only(*API_COLUMNS), order=order, cursor=self.cursor, limit=self.limit
         )
 
 

@@ -14,6 +14,8 @@ _SHOWN = [field for field in Job._meta.concrete_fields if field.name not in ENGI
 JOB_FIELDS = tuple(field.name for field in _SHOWN)
 # What to load for JOB_FIELDS (the foreign keys as their ids).
 JOB_COLUMNS = tuple(field.attname for field in _SHOWN)
+# What to load for the API's job (`lease_lapsed` reads the lease's end, not shown itself).
+API_COLUMNS = (*JOB_COLUMNS, "lease_expires_at")
 # What a row of the console's job and dead-letter lists reads.
 LIST_COLUMNS = tuple(field.attname for field in _SHOWN if field.name not in DETAIL_ONLY)
 

@@ -24,8 +24,16 @@ ANY = {"nullable": True, "description": "Any JSON value."}
 
 JOB = {
     "type": "object",
-    "required": [*JOB_FIELDS, "reruns"],
+    "required": [*JOB_FIELDS, "reruns", "lease_lapsed"],
     "properties": {
+        "lease_lapsed": {
+            "type": "boolean",
+            "description": (
+                "Extension: the job is running by its state, but its worker stopped renewing "
+                "the lease: it runs nowhere any more, and the next worker to look recovers it "
+                "(its attempt recorded as WorkerLost)."
+            ),
+        },
         "reruns": {
             "type": "array",
             "items": UUID,

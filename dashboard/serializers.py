@@ -31,6 +31,7 @@ def job_json(job, reruns=()) -> dict:
         **{name: _json(getattr(job, column)) for name, column in columns},
         "progress": progress_json(job.progress),
         "reruns": [str(i) for i in reruns],
+        "lease_lapsed": job.lease_lapsed,
     }
 
 

@@ -73,9 +73,7 @@ def job_page(request, job, *, edit_form=None, status=200):
         "due_later": actions.due_later(job),
         "held_by": limit_usage.holding(job),
         "paused_queue": _paused_queue(job),
-        "lease_lapsed": job.state == JobState.RUNNING
-        and job.lease_expires_at is not None
-        and job.lease_expires_at < timezone.now(),
+        "lease_lapsed": job.lease_lapsed,
         "attempts": queries.job_attempts(job),
         "logs": attempt_log.read_all(job.id),
         "lineage": queries.job_lineage(job),

@@ -7,7 +7,7 @@ from jobs.models import Workflow
 
 from .api import decode_cursor, find_by_id, parse_limit, refuse_parameters, single_values
 from .auth import api_view
-from .columns import JOB_COLUMNS
+from .columns import API_COLUMNS
 from .pagination import CREATED, keyset_page
 from .serializers import error, job_json, page_response
 
@@ -36,7 +36,7 @@ def workflow_json(summary: workflows.Summary) -> dict:
 
 
 def workflow_detail_json(summary: workflows.Summary) -> dict:
-    graph = workflows.graph(summary.record.id, columns=JOB_COLUMNS)
+    graph = workflows.graph(summary.record.id, columns=API_COLUMNS)
     nodes = [
         {**job_json(node), "after": [str(u) for u in node.after], "layer": node.layer}
         for node in graph.nodes

@@ -539,3 +539,19 @@ def test_run_now_needs_the_operate_permission(client, reader_headers):
 def test_run_now_of_an_unknown_job_is_a_404(client, operator_headers):
     response = client.post(f"/api/v1/jobs/{uuid.uuid4()}/run-now", headers=operator_headers)
     assert response.status_code == 404
+
+
+def test_a_running_job_whose_lease_lapsed_says_so_in_the_list_and_alone(client, reader_headers):
+    lapsed = make_job(JobState.RUNNING)
+    Job.objects.filter(id=lapsed.id).update(lease_expires_at=timezone.now() - timedelta(seconds=8))
+    held = make_job(JobState.RUNNING)
+    Job.objects.filter(id=held.id).update(lease_expires_at=timezone.now() + timedelta(seconds=30))
+    done = make_job(JobState.SUCCEEDED)
+    listed = client.get("/api/v1/jobs", headers=reader_headers).json()["results"]
+    assert {j["id"]: j["lease_lapsed"] for j in listed} == {
+        str(lapsed.id): True,
+        str(held.id): False,
+        str(done.id): False,
+    }
+    alone = client.get(f"/api/v1/jobs/{lapsed.id}", headers=reader_headers).json()
+    assert (alone["state"], alone["lease_lapsed"]) == (JobState.RUNNING, True)

@@ -243,6 +243,16 @@ class Job(models.Model):
         return self.state in TERMINAL
 
     @property
+    def lease_lapsed(self) -> bool:
+        """Running by its state, but its worker stopped renewing the lease: it runs nowhere any
+        more, and the next worker to look recovers it (its attempt recorded as WorkerLost)."""
+        return (
+            self.state == JobState.RUNNING
+            and self.lease_expires_at is not None
+            and self.lease_expires_at < timezone.now()
+        )
+
+    @property
     def own_max_attempts(self) -> int:
         """max_attempts without the attempts given back at worker shutdowns."""
         return self.max_attempts - self.attempts_given_back
