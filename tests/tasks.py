@@ -402,6 +402,13 @@ def logs_then_hangs(context, folder):
 
 
 @task(backoff=NO_WAIT, takes_context=True)
+def logs_then_freezes(context):
+    """Logs a line, then stops its own process (SIGSTOP): it answers nothing until killed."""
+    context.logger.info("about to freeze")
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@task(backoff=NO_WAIT, takes_context=True)
 def logs_hostile(context, text, wait_for=""):
     """Logs `text` and reports it as the progress message; waits for `wait_for` if given."""
     context.progress(1, 2, text)

@@ -196,3 +196,22 @@ def test_the_last_lines_of_an_attempt_stopped_by_the_shutdown_timeout_are_kept(
     assert worker.wait(timeout=30) == 0, worker.output()
     assert Job.objects.get(id=jid).state != JobState.RUNNING
     _kept_to_the_last_word(reader_headers, jid)
+
+
+def test_an_executor_that_cannot_write_its_last_lines_is_stopped_at_its_timeout_all_the_same(
+    spawn_worker,
+):
+    jid = job_id(tasks.logs_then_freezes.using(max_attempts=1, timeout=1).enqueue())
+    worker = spawn_worker("--concurrency", "1")
+    assert finished(jid) == JobState.DEAD_LETTER
+    job = Job.objects.get(id=jid)
+    assert job.error_type == "JobTimeout"
+    # Stopped after its timeout and the second given to write, not waited for any longer
+    # (the attempt's own times; the margin is for a loaded machine).
+    attempt = job.attempts.get()
+    assert (attempt.finished_at - attempt.started_at).total_seconds() < 1 + 1 + 6
+    wait_for(
+        lambda: worker.logged("did not write its jobs' last progress and log lines within 1s"),
+        timeout=10,
+        what="the worker to say the last lines could not be written",
+    )

@@ -197,9 +197,8 @@ class Supervisor:
         self.restarts.clear()
         for executor in self.executors:
             executor.close()  # in order: each exits once it has answered what it holds
-        for executor in self.executors:
-            if executor.started():  # asked all at once: they write in parallel
-                executor.ask_for_reports()
+        # Asked all at once, within one timeout: they write in parallel.
+        _last_reports(self.executors)
         for executor in list(self.executors):
             if not executor.started():
                 executor.process.join(2)
@@ -207,6 +206,7 @@ class Supervisor:
                 executor,
                 failure=WorkerShutdown("the worker shut down before the job finished"),
                 kind=RanKind.INTERRUPTED,
+                last_reports=False,
             )
 
     def kill_remaining(self):
@@ -232,15 +232,8 @@ class Supervisor:
         worker is stopping. Unless `results` are given (it is gone already) or `last_reports`
         is false, it is first given a moment to write its jobs' last progress and log lines."""
         if results is None:
-            if last_reports and executor.started():
-                executor.ask_for_reports()
-                if not executor.wait_for_reports() and executor.alive():
-                    logger.warning(
-                        "executor process %s did not write its jobs' last progress and log "
-                        "lines within %gs; lines of their last second may be lost",
-                        executor.pid,
-                        REPORTS_TIMEOUT,
-                    )
+            if last_reports:
+                _last_reports([executor])
             results = executor.kill()
         stopped = Stopped()
         for seq, ran in results:
@@ -417,3 +410,21 @@ class Supervisor:
             "free_sync_slots": sum(1 for e in live if e.idle),
             "free_async_slots": sum(e.free_async_slots() for e in live if e is not held),
         }
+
+
+def _last_reports(executors) -> None:
+    """Have each of `executors` running a job write its jobs' progress and log lines before it
+    is stopped, waiting at most REPORTS_TIMEOUT for them all."""
+    asked = [executor for executor in executors if executor.started()]
+    for executor in asked:
+        executor.ask_for_reports()
+    deadline = time.monotonic() + REPORTS_TIMEOUT
+    for executor in asked:
+        left = max(0.0, deadline - time.monotonic())
+        if not executor.wait_for_reports(left) and executor.alive():
+            logger.warning(
+                "executor process %s did not write its jobs' last progress and log lines "
+                "within %gs; lines of their last second may be lost",
+                executor.pid,
+                REPORTS_TIMEOUT,
+            )
