@@ -136,7 +136,8 @@ def prune_jobs(
     continuation after it still needs (not succeeded yet) is kept until that one succeeded, and
     a workflow's or batch's nodes are kept until every one of them may go.
     The lifetime counters are not touched. `progress(deleted_so_far, matched)` is called after
-    each batch.
+    each batch; `matched` grows when deleting a chain's continuations frees parents the count
+    had kept (a dry run counts what may go before any of it went).
     """
     states = prunable_states(states)
     if older_than < timedelta(0):
@@ -169,6 +170,10 @@ def prune_jobs(
                 break
             _, per_model = Job.objects.filter(id__in=ids).delete()
         deleted += per_model.get(Job._meta.label, 0)
+        if deleted > matched:
+            # A continuation gone frees the parent it kept (needed_after): more may go than
+            # were counted at first. The total grows with them rather than be passed.
+            matched = deleted + eligible.count()
         if progress:
             progress(deleted, matched)
     return PruneResult(

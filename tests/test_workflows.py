@@ -938,3 +938,22 @@ def test_eager_mode_runs_the_whole_graph_and_the_batch_callbacks_inline():
     batch_id = batch.enqueue()
     done = Job.objects.get(workflow_id=batch_id, node_name="batch.on_finish")
     assert done.return_value == {"batch_id": batch_id, "counts": {"succeeded": 1}}
+
+
+def test_pruning_a_failed_chain_of_continuations_never_counts_past_its_total():
+    parent = tasks.record.enqueue("p")
+    child = tasks.record.using(after=parent).enqueue("c")
+    tasks.record.using(after=child).enqueue("g")
+    run(parent.id, JobState.DEAD_LETTER)
+    assert Job.objects.filter(state=JobState.CANCELLED).count() == 2
+    Job.objects.update(finished_at=timezone.now() - timedelta(days=10))
+    calls = []
+    result = prune_jobs(
+        timedelta(days=7),
+        states=[JobState.CANCELLED, JobState.DEAD_LETTER],
+        batch_size=1,
+        progress=lambda *a: calls.append(a),
+    )
+    assert Job.objects.count() == 0
+    assert all(done <= total for done, total in calls), calls
+    assert calls[-1] == (3, 3) and (result.deleted, result.matched) == (3, 3)
