@@ -9,8 +9,21 @@ project that routes them anywhere keeps its own set-up.
 import logging
 import sys
 
+from .errortext import for_log
+
 FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class OneLineFormatter(logging.Formatter):
+    """The worker's plain lines, one per event: a message's line breaks and control characters
+    are escaped (and a long one cut), as the engine does with the job data it quotes; a task's
+    own lines (`context.logger`) carry job data too. A logged exception's traceback follows on
+    lines of its own, as usual."""
+
+    def formatMessage(self, record):
+        record.message = for_log(record.message)
+        return super().formatMessage(record)
 
 
 def configure_worker_logging(level: str | int | None = None) -> None:
@@ -19,7 +32,7 @@ def configure_worker_logging(level: str | int | None = None) -> None:
     engine = logging.getLogger("jobs")
     if not engine.hasHandlers():
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(FORMAT))
+        handler.setFormatter(OneLineFormatter(FORMAT))
         engine.addHandler(handler)
         engine.propagate = False
         if engine.level == logging.NOTSET and level is None:

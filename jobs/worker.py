@@ -32,6 +32,7 @@ from .errors import JobCancelled
 from .errortext import for_log
 from .limits import LimitsCache
 from .models import Job, PausedQueue
+from .pool.executor import REPORTS_TIMEOUT
 from .pool.supervisor import Held, Stopped, Supervisor
 from .reconnect import DB_ERRORS, first_line, is_transient, reset_connection
 from .signal_pipe import SignalPipe
@@ -151,6 +152,10 @@ class Worker:
                     return
                 if self.hard_stop or now - self.stop_requested_at > self.config.shutdown_timeout:
                     return
+                if now - self.stop_requested_at > self.config.shutdown_timeout - REPORTS_TIMEOUT:
+                    # So that what the jobs still running reported is written within the
+                    # shutdown timeout, not after it.
+                    self.supervisor.ask_for_last_reports()
             if now >= self.next_schedule_tick and not self.stopping:
                 ticked = self._with_db(schedules.tick, self.backend)
                 wait = ticked.next_in if ticked else schedules.TICK_SECONDS
@@ -529,7 +534,7 @@ class Worker:
         # Jobs never started are handed back; jobs still running are interrupted.
         for claimed in self.dispatcher.take_all():
             self.finishes.append(oc.Outcome.released(claimed, self.worker_id))
-        self.supervisor.shutdown()
+        self.supervisor.shutdown(hard=self.hard_stop)
         attempts = 1 if self.hard_stop else 5
         for _ in range(attempts):
             self._flush_finishes()

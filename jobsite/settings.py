@@ -280,7 +280,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "worker": {"format": "%(asctime)s %(levelname)-7s %(message)s"},
+        # One line per event: job data a task logs is escaped as the engine's own lines are.
+        "worker": {
+            "()": "jobs.logs.OneLineFormatter",
+            "fmt": "%(asctime)s %(levelname)-7s %(message)s",
+        },
     },
     "handlers": {
         "worker": {"class": "logging.StreamHandler", "formatter": "worker"},

@@ -134,6 +134,22 @@ def test_a_coroutine_that_ignores_its_cancel_costs_its_executor_and_neighbours_r
     assert_attempt_history_consistent([stubborn, *neighbours])
 
 
+def test_coroutines_that_each_ignore_their_own_timeout_each_fail_as_timed_out(
+    spawn_worker, subprocess_env, fast_leases
+):
+    stubborn = tasks.ignores_cancellation.enqueue_many([((f"stubborn-{i}",), {}) for i in range(4)])
+    worker = spawn_worker("--concurrency", "1", "--async-concurrency", "6")
+    wait_for(lambda: all_terminal(stubborn), timeout=30, what="the jobs to end")
+    stop(worker)
+
+    # Stopping the executor for the first of them stops the others too; each had run past its
+    # own timeout and ignored its cancel: none is a bystander (ExecutorCrashed).
+    assert starts(subprocess_env) == {f"stubborn-{i}": 1 for i in range(4)}
+    for job in Job.objects.filter(id__in=stubborn):
+        assert (job.state, job.error_type) == ("dead_letter", "JobTimeout"), job.args
+    assert_attempt_history_consistent(stubborn)
+
+
 @pytest.mark.parametrize("executors", [1, 2])
 def test_no_coroutine_joins_an_executor_whose_stopped_coroutine_may_cost_it(
     spawn_worker, subprocess_env, fast_leases, executors

@@ -45,3 +45,16 @@ def test_a_burst_worker_logs_every_claim_before_it_says_the_burst_is_done(run_wo
     done = next(i for i, line in enumerate(lines) if "burst done" in line)
     claimed = [i for i, line in enumerate(lines) if " claimed " in line]
     assert claimed and max(claimed) < done
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_tasks_own_line_quoting_job_data_stays_one_plain_line(run_worker):
+    forged = "hello\n2026-11-30 03:00:00 ERROR   job 1 dead-lettered\x1b[2J"
+    tasks.logs_hostile.enqueue(forged)
+    proc = run_worker()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if "hello" in line]
+    assert line.endswith("hello\\n2026-11-30 03:00:00 ERROR   job 1 dead-lettered\\x1b[2J")
+    assert "\x1b" not in proc.stderr
+    assert not any(line.startswith("2026-11-30 03:00:00") for line in proc.stderr.splitlines())

@@ -29,10 +29,11 @@ from .wire import SEND_EVERY, Channel, _dumps, _job_codec, _ran_codec
 
 # Seconds a closing executor is given to take the rest of what was written to it.
 CLOSE_TIMEOUT = 2.0
-# Seconds an executor about to be stopped is given to write its jobs' last progress and lines:
-# one write over its own connection, unless its task holds the interpreter or the database
-# does not answer (then they are lost with it, as in a crash).
-REPORTS_TIMEOUT = 1.0
+# Seconds an executor about to be stopped is given to write its jobs' last progress and lines
+# (it answers within about 50 ms plus one write over its own connection), counted from the ask:
+# the worker's loop waits meanwhile, and the job runs on. An executor whose task holds the
+# interpreter, or whose database does not answer, loses them, as in a crash.
+REPORTS_TIMEOUT = 0.5
 # How often the worker looks whether they are written.
 REPORTS_LOOK = 0.005
 
@@ -134,6 +135,8 @@ class Executor:
         # Outcomes received: an executor that dies before its first one counts towards a
         # crash streak, which slows down restarts.
         self.completed = 0
+        # When (monotonic) the worker, about to stop it, asked it to write its jobs' reports.
+        self.reports_asked_at: float | None = None
 
     def leases_hold_until(self, moment: float):
         self.status[LEASES] = moment
@@ -282,14 +285,18 @@ class Executor:
 
     def ask_for_reports(self):
         """Ask the child to write what its running jobs reported so far (their progress and log
-        lines), as the worker is about to stop it; `wait_for_reports` waits for the answer."""
-        if self.status[REPORTS_ASKED] <= self.status[REPORTS_WRITTEN] and self.process.is_alive():
+        lines), as the worker is about to stop it; `wait_for_reports` waits for the answer.
+        Asked once: a later ask while the first is unanswered changes nothing."""
+        if self.reports_asked_at is None and self.process.is_alive():
+            self.reports_asked_at = time.monotonic()
             self.status[REPORTS_ASKED] += 1
 
-    def wait_for_reports(self, timeout: float = REPORTS_TIMEOUT) -> bool:
-        """Until the child has written what `ask_for_reports` asked for, or at most `timeout`
-        seconds; whether it did (True also when it was not asked, or is gone)."""
-        deadline = time.monotonic() + timeout
+    def wait_for_reports(self) -> bool:
+        """Until the child has written what `ask_for_reports` asked for, at most until
+        REPORTS_TIMEOUT after the ask; whether it did (True also when it was not asked)."""
+        if self.reports_asked_at is None:
+            return True
+        deadline = self.reports_asked_at + REPORTS_TIMEOUT
         while self.status[REPORTS_WRITTEN] < self.status[REPORTS_ASKED]:
             if time.monotonic() >= deadline or not self.process.is_alive():
                 return False

@@ -189,16 +189,22 @@ class Supervisor:
                     self._stop(executor, failure=WorkerLost("lease lost"), last_reports=False)
                     return
 
-    def shutdown(self):
+    def ask_for_last_reports(self):
+        """Ask every executor running a job to write its jobs' progress and log lines now, as
+        the shutdown timeout is about to end (the shutdown then waits for what is left)."""
+        _last_reports(self.executors, wait=False)
+
+    def shutdown(self, *, hard: bool = False):
         """Stop every executor: each first answers what it was sent, within its close timeout;
-        jobs still running then are interrupted."""
+        jobs still running then are interrupted, their last lines written first unless `hard`
+        (a second signal: at once)."""
         self.stopping = True
         self.stop_flag.set()
         self.restarts.clear()
         for executor in self.executors:
             executor.close()  # in order: each exits once it has answered what it holds
-        # Asked all at once, within one timeout: they write in parallel.
-        _last_reports(self.executors)
+        if not hard:
+            _last_reports(self.executors)
         for executor in list(self.executors):
             if not executor.started():
                 executor.process.join(2)
@@ -251,10 +257,16 @@ class Supervisor:
             ago = max(0.0, time.monotonic() - started[seq])
             why, how = failure, kind
             if beside is not None and seq != culprit:
-                why = ExecutorCrashed(
-                    f"its executor was stopped to stop job {beside.id} beside it ({failure})"
-                )
-                how = RanKind.CRASHED
+                # A job asked to stop itself (its own timeout, a cancel) fails as that; only
+                # the others are bystanders of the culprit's stop.
+                own = self._asked_of(claimed, started[seq])
+                if own is not None:
+                    why = own
+                else:
+                    why = ExecutorCrashed(
+                        f"its executor was stopped to stop job {beside.id} beside it ({failure})"
+                    )
+                    how = RanKind.CRASHED
             ran = oc.failure_from_outside(
                 claimed,
                 why,
@@ -300,10 +312,13 @@ class Supervisor:
         return ends + (self.cancel_grace if coroutine else 0)
 
     def enforce_deadlines(self, now):
+        """Stop every executor running a job past its deadline or its cancel's grace: all of
+        them asked at once to write their jobs' last lines first (`_last_reports`)."""
+        overdue = []  # (executor, seq, failure)
         for executor in list(self.executors):
             executor.unwinding = False
             if executor.coroutines:
-                self._enforce_coroutine_deadlines(executor, now)
+                overdue += self._enforce_coroutine_deadlines(executor, now)
                 continue
             started = executor.started()
             if not started:
@@ -312,9 +327,15 @@ class Supervisor:
             if len(executor.inflight) > 1 and now - started[seq] > PREFETCH_BUDGET:
                 # A job thought short runs long: the jobs waiting behind it go elsewhere.
                 self.dispatcher.put_back(executor.take_back_waiting())
-            self._stop_if_overdue(executor, seq, started[seq], now)
+            failure = self._overdue(executor, seq, started[seq], now)
+            if failure is not None:
+                overdue.append((executor, seq, failure))
+        if overdue:
+            _last_reports([executor for executor, _, _ in overdue])
+        for executor, seq, failure in overdue:
+            self._stop(executor, culprit=seq, failure=failure, last_reports=False)
 
-    def _enforce_coroutine_deadlines(self, executor, now):
+    def _enforce_coroutine_deadlines(self, executor, now) -> list:
         started = executor.started()
         if executor.waited(now) > AHEAD_LIMIT and len(started) >= executor.async_slots:
             # Its slots free later than expected: what waits there for them goes elsewhere.
@@ -332,8 +353,10 @@ class Supervisor:
             # It may be stopped with what runs in it: what has not started goes elsewhere.
             self.dispatcher.put_back(executor.take_back_waiting())
         for seq, began in sorted(started.items()):
-            if self._stop_if_overdue(executor, seq, began, now):
-                return
+            failure = self._overdue(executor, seq, began, now)
+            if failure is not None:
+                return [(executor, seq, failure)]
+        return []
 
     def _asked_to_stop(self, executor, seq, began, now) -> bool:
         """Whether started coroutine `seq` was cancelled, by its timeout or an operator, and
@@ -343,37 +366,53 @@ class Supervisor:
         ends = timeout_ends(claimed, began)
         return bool(held and held.cancel_sent) or (ends is not None and now > ends)
 
-    def _stop_if_overdue(self, executor, seq, began, now) -> bool:
-        """Stop the executor of job `seq` if that job ran past its deadline or past its
-        cancel's grace; True if it did."""
+    def _overdue(self, executor, seq, began, now) -> Exception | None:
+        """What started job `seq` fails with if it ran past its deadline or past its cancel's
+        grace (its executor is then stopped), logged; else None."""
         claimed = executor.inflight[seq]
         claimed.began = began
-        held = self.held.get(claimed.id)
-        deadline = self.deadline(claimed)
-        if deadline is not None and now > deadline:
-            logger.warning(
-                "job %s (%s) ran past its %gs timeout: stopping it",
-                claimed.id,
-                for_log(claimed.task_path),
-                claimed.timeout,
-            )
-            failure: Exception = timed_out(claimed)
-        elif (
-            held
-            and held.cancel_requested_at is not None
-            and now - held.cancel_requested_at > self.cancel_grace
-        ):
+        failure = self._stopped_for(claimed, now)
+        if isinstance(failure, JobCancelled):
             logger.warning(
                 "job %s (%s) did not stop within %gs of its cancel: stopping it",
                 claimed.id,
                 for_log(claimed.task_path),
                 self.cancel_grace,
             )
-            failure = JobCancelled(CANCELLED_BY_OPERATOR)
-        else:
-            return False
-        self._stop(executor, culprit=seq, failure=failure)
-        return True
+        elif failure is not None:
+            logger.warning(
+                "job %s (%s) ran past its %gs timeout: stopping it",
+                claimed.id,
+                for_log(claimed.task_path),
+                claimed.timeout,
+            )
+        return failure
+
+    def _asked_of(self, claimed, began) -> Exception | None:
+        """What started job `claimed` was asked to stop for, if it was: past its timeout,
+        JobTimeout; its cancel requested, JobCancelled."""
+        ends = timeout_ends(claimed, began)
+        if ends is not None and time.monotonic() > ends:
+            return timed_out(claimed)
+        held = self.held.get(claimed.id)
+        if held is not None and held.cancel_requested_at is not None:
+            return JobCancelled(CANCELLED_BY_OPERATOR)
+        return None
+
+    def _stopped_for(self, claimed, now) -> Exception | None:
+        """Why started job `claimed` is to be stopped now from outside (past its deadline, or
+        past its cancel's grace), or None."""
+        held = self.held.get(claimed.id)
+        deadline = self.deadline(claimed)
+        if deadline is not None and now > deadline:
+            return timed_out(claimed)
+        if (
+            held
+            and held.cancel_requested_at is not None
+            and now - held.cancel_requested_at > self.cancel_grace
+        ):
+            return JobCancelled(CANCELLED_BY_OPERATOR)
+        return None
 
     def wait_limit(self, now, timeout: float) -> float:
         """`timeout` cut to the next moment something here is due: a deadline, a look at
@@ -412,19 +451,21 @@ class Supervisor:
         }
 
 
-def _last_reports(executors) -> None:
-    """Have each of `executors` running a job write its jobs' progress and log lines before it
-    is stopped, waiting at most REPORTS_TIMEOUT for them all."""
+def _last_reports(executors, *, wait: bool = True) -> None:
+    """Ask each of `executors` running a job to write its jobs' progress and log lines, as it
+    is about to be stopped; with `wait`, wait for them all, at most REPORTS_TIMEOUT from the
+    first ask (they write in parallel)."""
     asked = [executor for executor in executors if executor.started()]
     for executor in asked:
         executor.ask_for_reports()
-    deadline = time.monotonic() + REPORTS_TIMEOUT
+    if not wait:
+        return
     for executor in asked:
-        left = max(0.0, deadline - time.monotonic())
-        if not executor.wait_for_reports(left) and executor.alive():
+        if not executor.wait_for_reports() and executor.alive():
             logger.warning(
                 "executor process %s did not write its jobs' last progress and log lines "
-                "within %gs; lines of their last second may be lost",
+                "within %gs (its task holds the interpreter, or the database does not "
+                "answer): what they reported since its last write is lost",
                 executor.pid,
                 REPORTS_TIMEOUT,
             )
