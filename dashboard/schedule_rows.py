@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from django.db.models import F
+
 from jobs import schedules
 from jobs.models import Job
 from jobs.states import JobState
@@ -32,7 +34,10 @@ class ScheduleRow:
 
 
 def recent_runs(name: str, limit: int = RECENT_RUNS) -> list[Job]:
-    return list(Job.objects.filter(schedule=name).order_by("-enqueued_at", "-id")[:limit])
+    # One catch-up enqueues its fire times in one transaction (one enqueued_at on PostgreSQL):
+    # among those the latest fire time is the newest run.
+    newest = ("-enqueued_at", F("scheduled_at").desc(nulls_first=True), "-id")
+    return list(Job.objects.filter(schedule=name).order_by(*newest)[:limit])
 
 
 def schedule_rows(limit: int = RECENT_RUNS) -> list[ScheduleRow]:

@@ -10,7 +10,7 @@ from django.core.management.base import SystemCheckError
 from django.db import IntegrityError, transaction
 from django.test import override_settings
 
-from jobs import schedules
+from jobs import db, schedules
 from jobs.compat import task_backends
 from jobs.models import Job, Schedule, ScheduleAuditEntry
 from jobs.schedules import (
@@ -23,6 +23,7 @@ from jobs.schedules import (
     next_fire_after,
     plan,
 )
+from tests.concurrency import holding_meanwhile
 
 PARIS = ZoneInfo("Europe/Paris")
 
@@ -445,3 +446,32 @@ def test_the_next_tick_is_due_at_the_next_fire_time_and_at_most_a_second_away():
         assert 0 < schedules.tick().next_in <= 1 + schedules.TICK_MARGIN
         schedules.pause("fast")
         assert schedules.tick().next_in == schedules.TICK_SECONDS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_stalled_while_firing_a_schedule_holds_up_no_other_workers_tick():
+    if not db.engine().locks_rows:
+        pytest.skip("PostgreSQL: SQLite takes one write at a time, whatever the rows")
+    entries = {**PING, "pong": {"task": "tests.tasks.record", "args": ["pong"], "every": 2}}
+    with with_schedules(entries, SCHEDULE_GRACE_SECONDS=1000):
+        schedules.tick()
+        rewind("ping", 4)
+        rewind("pong", 4)
+
+        def stalled(holding):
+            # Another worker, inside its fire of "ping", stalled (a pause, a frozen VM).
+            Schedule.objects.select_for_update().get(name="ping")
+            holding.set()
+            time.sleep(3)
+
+        with holding_meanwhile(stalled) as errors:
+            started = time.monotonic()
+            fired = schedules.tick().fired
+            waited = time.monotonic() - started
+            assert [f.schedule for f in fired] == ["pong"]
+            assert waited < 2.5  # it did not wait for the stalled one's transaction to end
+        assert errors == []
+        # Once that worker is gone, "ping" fires its fire times, once each.
+        assert "ping" in [f.schedule for f in schedules.tick().fired]
+        scheduled = list(Job.objects.values_list("schedule", "scheduled_at"))
+        assert len(scheduled) == len(set(scheduled))

@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.schedule_rows import RECENT_RUNS, recent_runs
 from jobs import schedules
 from jobs.models import Job, Schedule, ScheduleAuditEntry
 from jobs.states import JobState
@@ -186,6 +187,24 @@ def test_the_api_lists_the_schedules_with_their_last_job(client, viewer_token):
     assert ping["last_job"]["id"] == str(last.id)
     assert ping["last_job"]["schedule"] == "ping"
     assert ping["last_job"]["scheduled_at"] == last.scheduled_at.isoformat()
+
+
+def test_the_last_job_of_a_catch_up_enqueued_at_once_is_its_latest_fire_time(client, viewer_token):
+    enqueued = timezone.now()  # one transaction: one enqueued_at for every fire time
+    fired = [
+        make_job(
+            JobState.PENDING,
+            schedule="ping",
+            scheduled_at=enqueued - timedelta(seconds=30 * n),
+            enqueued_at=enqueued,
+            run_after=enqueued,
+        )
+        for n in range(8)
+    ]
+    ping = client.get("/api/v1/schedules", headers=viewer_token).json()["results"][1]
+    assert ping["last_job"]["id"] == str(fired[0].id)
+    # The page's recent runs, newest first, likewise.
+    assert [job.id for job in recent_runs("ping")] == [job.id for job in fired[:RECENT_RUNS]]
 
 
 def test_the_api_pauses_and_resumes_a_schedule(client, operator_token):

@@ -125,12 +125,18 @@ def fire(spec, row, decision: Plan, backend) -> bool:
     from ..models import Schedule
 
     with transaction.atomic():
-        won = Schedule.objects.filter(
+        unchanged = Schedule.objects.filter(
             name=spec.name,
             paused=False,
             expression=spec.expression,
             last_fire_at=row.last_fire_at,
-        ).update(
+        )
+        if db.engine().locks_rows and not unchanged.select_for_update(skip_locked=True).exists():
+            # Another worker is firing it now (or has just fired it): never wait for it. One
+            # that stalled inside its transaction must not hold up every other worker's tick,
+            # and with it their claims and heartbeats, until its transaction ends.
+            return False
+        won = unchanged.update(
             last_fire_at=decision.last_fire_at,
             fires=F("fires") + len(decision.fire),
             missed=F("missed") + decision.missed,
