@@ -103,6 +103,29 @@ def test_a_fixed_cron_time_in_the_repeated_autumn_hour_fires_once():
     assert due.recent == [utc(2026, 10, 25, 0, 30)]  # the first 02:30, summer time
 
 
+@pytest.mark.parametrize(
+    "cron, zone, fired, second_pass, next_day",
+    [
+        # Paris, 2026-10-25: 02:30 summer time is 00:30Z; the second 02:00-03:00 is 01:00-02:00Z.
+        ("30 2 * * *", "Europe/Paris", utc(2026, 10, 25, 0, 30), 70, utc(2026, 10, 26, 1, 30)),
+        ("15,45 1,2 * * *", "Europe/Paris", utc(2026, 10, 25, 0, 45), 70, utc(2026, 10, 26, 0, 15)),
+        # New York, 2026-11-01: 01:30 daylight time is 05:30Z; the second 01:xx is 06:xx Z.
+        ("30 1 * * *", "America/New_York", utc(2026, 11, 1, 5, 30), 370, utc(2026, 11, 2, 6, 30)),
+    ],
+)
+def test_in_the_second_pass_of_a_repeated_hour_a_fixed_time_is_past_and_next_is_tomorrow(
+    cron, zone, fired, second_pass, next_day
+):
+    schedule = spec(cron=cron, timezone=zone)
+    now = utc(*fired.timetuple()[:3]) + timedelta(minutes=second_pass)  # in the second pass
+    assert next_fire_after(schedule, now) == next_day
+    assert latest_fire_at_or_before(schedule, now) == fired
+    # So a tick there has nothing due (once fired in the first pass) and nothing to catch up
+    # for a schedule starting or resuming there.
+    assert plan(schedule, fired, now, grace=10) is None
+    assert fire_times_between(schedule, fired, now + timedelta(hours=2), keep=5).recent == []
+
+
 def test_an_hourly_cron_fires_in_both_repeated_autumn_hours():
     hourly = spec(cron="0 * * * *", timezone="Europe/Paris")
     due = fire_times_between(hourly, utc(2026, 10, 24, 23, 30), utc(2026, 10, 25, 2, 30), keep=10)

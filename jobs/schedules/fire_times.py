@@ -26,11 +26,42 @@ def _step(spec: ScheduleSpec) -> int:
     return round(spec.period * 1_000_000)
 
 
+# An autumn DST change repeats at most two hours of wall-clock time (four in UTC, both passes):
+# this far back, an instant is sure to lie before the repeated hours it may be in.
+BEFORE_REPEATED_HOURS = timedelta(hours=6)
+
+
+def _repeated(moment: datetime, spec: ScheduleSpec) -> bool:
+    """Is `moment` in a repeated hour of the schedule's zone (its wall time happens twice)?
+
+    cronsim counts in wall time: started there, it takes the wall time for its first pass, and
+    a fixed-time entry (which fired in the first pass) would come out in the past, or a day
+    early. From before the repeated hours its iteration is right (jobs.schedules)."""
+    local = moment.astimezone(spec.zone)
+    return local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset()
+
+
+def _fire_times_around(spec: ScheduleSpec, moment: datetime):
+    """The fire times from BEFORE_REPEATED_HOURS before `moment` on, in UTC."""
+    start = (moment - BEFORE_REPEATED_HOURS).astimezone(spec.zone)
+    for fire_time in CronSim(spec.cron_expression, start):
+        yield fire_time.astimezone(UTC)
+
+
 def latest_fire_at_or_before(spec: ScheduleSpec, moment: datetime) -> datetime | None:
     """The last fire time <= moment (UTC), or None if there is none within cron's reach."""
     if spec.every is not None:
         step = _step(spec)
         return from_micros(to_micros(moment) // step * step)
+    if _repeated(moment, spec):
+        latest = None
+        for fire_time in _fire_times_around(spec, moment):
+            if fire_time > moment:
+                break
+            latest = fire_time
+        if latest is not None:
+            return latest
+        moment = moment - BEFORE_REPEATED_HOURS  # none since then: the last one is older
     start = (moment + ONE_MICROSECOND).astimezone(spec.zone)
     try:
         return next(CronSim(spec.cron_expression, start, reverse=True)).astimezone(UTC)
@@ -43,6 +74,11 @@ def next_fire_after(spec: ScheduleSpec, moment: datetime) -> datetime | None:
     if spec.every is not None:
         step = _step(spec)
         return from_micros((to_micros(moment) // step + 1) * step)
+    if _repeated(moment, spec):
+        for fire_time in _fire_times_around(spec, moment):
+            if fire_time > moment:
+                return fire_time
+        return None
     try:
         return next(CronSim(spec.cron_expression, moment.astimezone(spec.zone))).astimezone(UTC)
     except StopIteration:
@@ -70,19 +106,42 @@ def fire_times_between(spec: ScheduleSpec, after: datetime, until: datetime, kee
         return Due(count, [from_micros(k * step) for k in ks])
     recent: deque[datetime] = deque(maxlen=keep)
     count = 0
-    times = CronSim(spec.cron_expression, after.astimezone(spec.zone))
-    while count < MAX_COUNTED:
-        moment = next(times, None)
-        if moment is None or moment.astimezone(UTC) > until:
-            return Due(count, list(recent))
-        recent.append(moment.astimezone(UTC))
-        count += 1
+    for count, moment in enumerate(_fire_times_from(spec, after), start=1):
+        if moment > until:
+            return Due(count - 1, list(recent))
+        recent.append(moment)
+        if count == MAX_COUNTED:
+            break
+    else:
+        return Due(count, list(recent))
     # Too many to count: the most recent ones, walking back from `until`.
-    back = CronSim(
-        spec.cron_expression, (until + ONE_MICROSECOND).astimezone(spec.zone), reverse=True
-    )
-    newest = [m.astimezone(UTC) for m in islice(back, keep)]
-    return Due(MAX_COUNTED, sorted(m for m in newest if m > after))
+    return Due(MAX_COUNTED, [m for m in _last_fire_times(spec, until, keep) if m > after])
+
+
+def _fire_times_from(spec: ScheduleSpec, after: datetime):
+    """The fire times strictly after `after`, in UTC."""
+    if _repeated(after, spec):
+        for moment in _fire_times_around(spec, after):
+            if moment > after:
+                yield moment
+        return
+    for moment in CronSim(spec.cron_expression, after.astimezone(spec.zone)):
+        yield moment.astimezone(UTC)
+
+
+def _last_fire_times(spec: ScheduleSpec, until: datetime, keep: int) -> list[datetime]:
+    """The last `keep` fire times <= `until`, oldest first."""
+    newest: list[datetime] = []
+    if _repeated(until, spec):
+        for moment in _fire_times_around(spec, until):
+            if moment > until:
+                break
+            newest.append(moment)
+        until = until - BEFORE_REPEATED_HOURS  # older ones are counted from there
+    start = (until + ONE_MICROSECOND).astimezone(spec.zone)
+    back = CronSim(spec.cron_expression, start, reverse=True)
+    older = [m.astimezone(UTC) for m in islice(back, max(0, keep - len(newest)))]
+    return (sorted(older) + newest)[-keep:]
 
 
 @dataclass(frozen=True, slots=True)
