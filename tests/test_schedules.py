@@ -178,6 +178,19 @@ def test_missed_latest_after_an_outage_enqueues_one_job_even_with_several_fires_
     assert decision.missed == 7
 
 
+def test_missed_skip_after_an_outage_enqueues_no_more_than_latest():
+    # Down 16 s with a 10 s grace: five 2-second fire times are within the grace, and passed
+    # while no worker ran as much as the older ones.
+    now, after = utc(2026, 6, 1, 12, 0, 0, 500_000), utc(2026, 6, 1, 11, 59, 44)
+    decision = plan(spec(every=2, missed="skip"), after, now, grace=10)
+    assert decision.fire == [utc(2026, 6, 1, 12)]
+    assert decision.missed == 7
+    # The most recent one late too: none.
+    minutely = spec(every=60, missed="skip")
+    late = plan(minutely, utc(2026, 6, 1, 11, 57), utc(2026, 6, 1, 12, 0, 30), grace=10)
+    assert (late.fire, late.missed) == ([], 3)
+
+
 def test_on_time_fires_a_late_tick_finds_are_each_enqueued():
     decision = plan(spec(every=1, missed="latest"), NOW - timedelta(seconds=3), NOW, grace=10)
     assert decision.fire == [NOW - timedelta(seconds=2), NOW - timedelta(seconds=1), NOW]

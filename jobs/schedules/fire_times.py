@@ -162,7 +162,8 @@ def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Pl
     Fire times within `grace` seconds of now are on time: with no older one due, each is
     enqueued (a busy worker may tick a little late). An older one means no worker ran for a
     while, and the policy decides for everything that passed meanwhile: `latest` enqueues one
-    job, for the most recent fire time (late or on time); `skip` only the on-time ones; `all`
+    job, for the most recent fire time (late or on time); `skip` that one only when it is on
+    time; `all`
     each (the MAX_CATCH_UP most recent late ones, and the on-time ones), oldest first.
     """
     due = fire_times_between(spec, after, now, keep=MAX_CATCH_UP + 1)
@@ -172,8 +173,12 @@ def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Pl
     on_time = [t for t in due.recent if t >= cutoff]
     late = [t for t in due.recent if t < cutoff]
     outage = due.count > len(on_time)
-    if not outage or spec.missed == "skip":
+    if not outage:
         fire = on_time
+    elif spec.missed == "skip":
+        # The fire times within the grace passed while no worker ran too: only the last, as
+        # if on time (a tick's own lateness), never more than `latest` enqueues.
+        fire = on_time[-1:]
     elif spec.missed == "latest":
         fire = due.recent[-1:]
     else:
