@@ -233,8 +233,9 @@ class Supervisor:
         last_reports=True,
     ):
         """Stop an executor and settle its jobs: those it had started end with `failure` (only
-        the job `culprit` when given: the others it had started fail as ExecutorCrashed), those
-        it never started go to `settle` as unstarted; then start a new executor, unless the
+        the job `culprit` when given: the others it had started fail as what they were asked
+        to stop for themselves, if they were, else as ExecutorCrashed), those it never started
+        go to `settle` as unstarted; then start a new executor, unless the
         worker is stopping. Unless `results` are given (it is gone already) or `last_reports`
         is false, it is first given a moment to write its jobs' last progress and log lines."""
         if results is None:
