@@ -262,9 +262,11 @@ def parse_attempt(text: str | None, job: Job) -> int | None:
     """The attempt asked for (the job's latest when not given); None when it has no such one."""
     if text is None:
         return job.attempt or None
-    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else 0
-    if number < 1:
+    if not (text.isascii() and text.isdigit()) or not text.strip("0"):
         raise BadRequest("attempt must be a positive integer")
+    if len(text) > 10:  # a positive integer, but beyond any attempt a job can have
+        return None
+    number = int(text)
     return number if number <= job.attempt else None
 
 

@@ -139,8 +139,11 @@ def test_the_logs_endpoint_refuses_what_it_cannot_answer(reader_headers):
     assert client.get(f"/api/v1/jobs/{never_started.id}/logs").status_code == 404
     response = client.get(f"/api/v1/jobs/{ran.id}/logs?attempt=2")
     assert response.status_code == 404 and response.json()["attempts"] == 1
-    for bad in ("0", "00", "0x1", "-1", "one", "1&attempt=1"):
+    for bad in ("0", "00", "0x1", "-1", "one", "1&attempt=1", "٣"):
         assert client.get(f"/api/v1/jobs/{ran.id}/logs?attempt={bad}").status_code == 400, bad
+    for beyond in ("99999999999", "1" + "0" * 5000):  # positive, but no such attempt
+        response = client.get(f"/api/v1/jobs/{ran.id}/logs?attempt={beyond}")
+        assert response.status_code == 404 and response.json()["attempts"] == 1
     assert client.get(f"/api/v1/jobs/{ran.id}/logs?at=1").status_code == 400
     body = client.get(f"/api/v1/jobs/{ran.id}/logs?attempt=1").json()
     assert body == {"job_id": str(ran.id), "attempt": 1, "running": False, "cut": 0, "lines": []}
