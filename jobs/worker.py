@@ -63,6 +63,8 @@ class Worker:
         self.stopping = False
         self.stop_requested_at = None
         self.hard_stop = False
+        # The executors were asked for their jobs' last lines as the shutdown timeout ends.
+        self.reports_asked = False
         self.signals_seen = 0
         self.supervisor = Supervisor(
             worker_id=self.worker_id,
@@ -150,12 +152,16 @@ class Worker:
             if self.stopping:
                 if not self.held:
                     return
-                if self.hard_stop or now - self.stop_requested_at > self.config.shutdown_timeout:
+                waited = now - self.stop_requested_at
+                if self.hard_stop or waited > self.config.shutdown_timeout:
                     return
-                if now - self.stop_requested_at > self.config.shutdown_timeout - REPORTS_TIMEOUT:
-                    # So that what the jobs still running reported is written within the
-                    # shutdown timeout, not after it.
+                ending = waited > self.config.shutdown_timeout - REPORTS_TIMEOUT
+                if ending and not self.reports_asked:
+                    # So that an executor that cannot write what its jobs reported is known by
+                    # the end of the shutdown timeout, and not waited for after it (the others
+                    # are asked again then, for what came since: a moment's write).
                     self.supervisor.ask_for_last_reports()
+                    self.reports_asked = True
             if now >= self.next_schedule_tick and not self.stopping:
                 ticked = self._with_db(schedules.tick, self.backend)
                 wait = ticked.next_in if ticked else schedules.TICK_SECONDS

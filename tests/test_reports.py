@@ -2,6 +2,7 @@
 read through the API and the console while it runs (jobs.reports, jobs.attempt_log)."""
 
 import signal
+import time
 import uuid
 
 import pytest
@@ -196,6 +197,29 @@ def test_the_last_lines_of_an_attempt_stopped_by_the_shutdown_timeout_are_kept(
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.output()
     assert Job.objects.get(id=jid).state != JobState.RUNNING
+    _kept_to_the_last_word(reader_headers, jid)
+
+
+def test_lines_logged_after_the_early_ask_of_a_shutdown_are_kept_too(
+    spawn_worker, reader_headers, tmp_path
+):
+    # Half a second before the shutdown timeout ends the worker asks its executors to write
+    # what they hold (so that one that cannot answer is not waited for after it); what a job
+    # logs after that answer is written at the stop itself.
+    jid = job_id(tasks.logs_then_hangs.using(max_attempts=1).enqueue(str(tmp_path)))
+    worker = spawn_worker("--concurrency", "1", "--shutdown-timeout", "3")
+    wait_for(
+        lambda: LogLine.objects.filter(job_id=jid).exists(),
+        timeout=30,
+        interval=0.01,
+        what="the first line to be written",
+    )
+    stop_asked = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    time.sleep(max(0.0, stop_asked + 3 - REPORTS_TIMEOUT + 0.3 - time.monotonic()))
+    (tmp_path / "go").touch()
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert (tmp_path / "hanging").exists()
     _kept_to_the_last_word(reader_headers, jid)
 
 

@@ -286,10 +286,15 @@ class Executor:
     def ask_for_reports(self):
         """Ask the child to write what its running jobs reported so far (their progress and log
         lines), as the worker is about to stop it; `wait_for_reports` waits for the answer.
-        Asked once: a later ask while the first is unanswered changes nothing."""
-        if self.reports_asked_at is None and self.process.is_alive():
-            self.reports_asked_at = time.monotonic()
-            self.status[REPORTS_ASKED] += 1
+        An ask while an earlier one is unanswered changes nothing (the child is slow, or cannot
+        answer: it is not waited for again); one after an answer asks anew for what came since."""
+        if self.reports_pending() or not self.process.is_alive():
+            return
+        self.reports_asked_at = time.monotonic()
+        self.status[REPORTS_ASKED] += 1
+
+    def reports_pending(self) -> bool:
+        return self.status[REPORTS_WRITTEN] < self.status[REPORTS_ASKED]
 
     def wait_for_reports(self) -> bool:
         """Until the child has written what `ask_for_reports` asked for, at most until
@@ -297,7 +302,7 @@ class Executor:
         if self.reports_asked_at is None:
             return True
         deadline = self.reports_asked_at + REPORTS_TIMEOUT
-        while self.status[REPORTS_WRITTEN] < self.status[REPORTS_ASKED]:
+        while self.reports_pending():
             if time.monotonic() >= deadline or not self.process.is_alive():
                 return False
             time.sleep(REPORTS_LOOK)

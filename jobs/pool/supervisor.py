@@ -332,7 +332,13 @@ class Supervisor:
             if failure is not None:
                 overdue.append((executor, seq, failure))
         if overdue:
-            _last_reports([executor for executor, _, _ in overdue])
+            # Those due to be stopped before this wait is over are asked now too: by their
+            # turn they have answered, or are known not to (then they are not waited for).
+            stopping = {executor for executor, _, _ in overdue}
+            soon = now + REPORTS_TIMEOUT
+            due = [e for e in self.executors if e not in stopping and self._due(e, soon)]
+            _last_reports(due, wait=False)
+            _last_reports(list(stopping))
         for executor, seq, failure in overdue:
             self._stop(executor, culprit=seq, failure=failure, last_reports=False)
 
@@ -388,6 +394,21 @@ class Supervisor:
                 claimed.timeout,
             )
         return failure
+
+    def _due(self, executor, moment) -> bool:
+        """Is a job started in `executor` to be stopped from outside by `moment` (past its
+        deadline, or past its cancel's grace)?"""
+        for seq, began in executor.started().items():
+            claimed = executor.inflight[seq]
+            claimed.began = began
+            deadline = self.deadline(claimed)
+            if deadline is not None and deadline <= moment:
+                return True
+            held = self.held.get(claimed.id)
+            asked = held.cancel_requested_at if held else None
+            if asked is not None and asked + self.cancel_grace <= moment:
+                return True
+        return False
 
     def _asked_of(self, claimed, began) -> Exception | None:
         """What started job `claimed` was asked to stop for, if it was: past its timeout,
