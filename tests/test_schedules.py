@@ -511,3 +511,55 @@ def test_a_worker_stalled_while_firing_a_schedule_holds_up_no_other_workers_tick
         assert "ping" in [f.schedule for f in schedules.tick().fired]
         scheduled = list(Job.objects.values_list("schedule", "scheduled_at"))
         assert len(scheduled) == len(set(scheduled))
+
+
+@pytest.mark.django_db
+def test_a_schedule_removed_from_the_settings_and_added_again_starts_over_without_catching_up():
+    catch_all = {"ping": {**PING["ping"], "missed": "all"}}
+    with with_schedules(catch_all, SCHEDULE_GRACE_SECONDS=1000):
+        schedules.tick()
+    with with_schedules({}):  # deployed without it: the workers run on
+        schedules.tick()
+    row = Schedule.objects.get(name="ping")
+    assert row.unconfigured_since is not None
+    # An hour later it is added back: the hour's fire times were never missed.
+    hour = timedelta(hours=1)
+    Schedule.objects.filter(name="ping").update(
+        unconfigured_since=row.unconfigured_since - hour, last_fire_at=row.last_fire_at - hour
+    )
+    with with_schedules(catch_all, SCHEDULE_GRACE_SECONDS=1000):
+        assert schedules.tick().fired == []
+        row = Schedule.objects.get(name="ping")
+        assert row.unconfigured_since is None
+        assert row.last_fire_at >= schedules.database_now() - timedelta(seconds=2)
+        assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_schedule_missing_a_moment_in_a_rolling_deploy_fires_on_as_before(ping):
+    schedules.tick()
+    rewind("ping", 4)
+    # A worker of the other deploy, without it, noted it gone a moment ago.
+    Schedule.objects.filter(name="ping").update(unconfigured_since=schedules.database_now())
+    assert [f.schedule for f in schedules.tick().fired] == ["ping"]
+    assert Schedule.objects.get(name="ping").unconfigured_since is None
+
+
+@pytest.mark.django_db
+def test_a_schedule_of_another_backend_is_not_noted_gone():
+    from django.conf import settings
+
+    default = settings.TASKS["default"]
+    with with_schedules(PING):
+        schedules.tick()
+    # This worker's backend has no schedule; the project's other backend has "ping".
+    two = {
+        "default": {**default, "OPTIONS": {**default["OPTIONS"], "SCHEDULES": {}}},
+        "other": {**default, "OPTIONS": {**default["OPTIONS"], "SCHEDULES": PING}},
+    }
+    with override_settings(TASKS=two):
+        schedules.tick()
+        assert Schedule.objects.get(name="ping").unconfigured_since is None
+    with with_schedules({}):  # gone from every backend: noted
+        schedules.tick()
+        assert Schedule.objects.get(name="ping").unconfigured_since is not None

@@ -24,6 +24,9 @@ class Schedule(models.Model):
     fires = models.PositiveBigIntegerField(default=0)
     missed = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
+    # Since when a worker has ticked without this schedule in its settings (it was removed);
+    # back in them for longer than a moment, it starts over from its next fire time.
+    unconfigured_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

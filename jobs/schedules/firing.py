@@ -6,10 +6,11 @@ from datetime import datetime
 
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 
 from .. import db, tracing
 from .fire_times import Plan, latest_fire_at_or_before, next_fire_after, plan
-from .spec import ScheduleSpec, backend_for, configured, grace_seconds, task_for
+from .spec import ScheduleSpec, backend_for, configured, grace_seconds, raw_schedules, task_for
 
 logger = logging.getLogger("jobs.schedules")
 
@@ -36,6 +37,9 @@ class Tick:
 
 # Ticking this long after a fire time makes sure the database's clock has passed it.
 TICK_MARGIN = 0.005
+# A schedule back in the settings after being gone longer than this (or the grace, if longer)
+# starts over; a shorter absence is a deploy rolling out, its older workers still without it.
+MIN_ABSENCE = 5.0
 
 
 def tick(backend=None) -> Tick:
@@ -45,6 +49,7 @@ def tick(backend=None) -> Tick:
     """
     backend = backend_for(backend)
     specs = configured(backend)
+    mark_unconfigured()
     if not specs:
         return Tick([], TICK_SECONDS)
     now = db.database_now()
@@ -54,6 +59,8 @@ def tick(backend=None) -> Tick:
     next_in = TICK_SECONDS
     for name, spec in specs.items():
         row = rows[name]
+        if row.unconfigured_since is not None and _configured_again(row, spec, now, grace):
+            continue
         if row.paused:
             continue
         upcoming = next_fire_after(spec, now)
@@ -99,6 +106,64 @@ def rows_for(specs, now):
         )
         rows |= {row.name: row for row in Schedule.objects.filter(name__in=missing)}
     return rows
+
+
+def mark_unconfigured() -> None:
+    """Note, on the row of each schedule that none of this process's backends configures any
+    more, since when (one read when there is none to note)."""
+    from ..models import Schedule
+
+    gone = Schedule.objects.filter(unconfigured_since__isnull=True).exclude(
+        name__in=_configured_anywhere()
+    )
+    if gone.exists():
+        gone.update(unconfigured_since=Now())
+
+
+def _configured_anywhere() -> set[str]:
+    """The names of the schedules of every backend in the settings (each worker serves one)."""
+    from django.conf import settings
+
+    from ..compat import task_backends
+
+    names: set[str] = set()
+    for alias in getattr(settings, "TASKS", {}) or {}:
+        schedules = raw_schedules(task_backends[alias])
+        if isinstance(schedules, dict):
+            names.update(schedules)
+    return names
+
+
+def _configured_again(row, spec, now, grace) -> bool:
+    """A schedule a worker noted as gone from the settings is in this worker's: True if it came
+    back after longer than a moment and starts over from its next fire time (the fire times
+    that passed meanwhile were not missed: workers ran, without it). Noted a moment ago, a
+    worker of an older deploy may still run without it: the note is cleared, and it fires."""
+    from ..models import Schedule
+
+    absent = (now - row.unconfigured_since).total_seconds()
+    same = Schedule.objects.filter(name=row.name, unconfigured_since=row.unconfigured_since)
+    if absent <= max(grace, MIN_ABSENCE):
+        same.update(unconfigured_since=None)
+        return False
+    if same.update(
+        unconfigured_since=None, expression=spec.expression, last_fire_at=baseline(spec, now)
+    ):
+        logger.info(
+            "schedule %s is configured again after %s without it: it starts over from its "
+            "next fire time, without catching up",
+            row.name,
+            _duration(absent),
+        )
+    return True
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def baseline(spec, now):
@@ -190,7 +255,8 @@ def _log(result: Fired):
         )
     if result.missed:
         logger.warning(
-            "schedule %s: %d fire time(s) passed while no worker ran; not enqueued",
+            "schedule %s: %d fire time(s) passed before any worker could fire them (none ran, "
+            "or the database or a stalled worker held them up); not enqueued",
             result.schedule,
             result.missed,
         )
