@@ -10,7 +10,7 @@ from django.db.models.functions import Now
 
 from .. import db, tracing
 from .fire_times import Plan, latest_fire_at_or_before, next_fire_after, plan
-from .spec import ScheduleSpec, backend_for, configured, grace_seconds, raw_schedules, task_for
+from .spec import ScheduleSpec, backend_for, configured, grace_seconds, task_for
 
 logger = logging.getLogger("jobs.schedules")
 
@@ -121,14 +121,14 @@ def mark_unconfigured() -> None:
 
 
 def _configured_anywhere() -> set[str]:
-    """The names of the schedules of every backend in the settings (each worker serves one)."""
+    """The names of the schedules of every backend in the settings (each worker serves one),
+    read from the settings themselves: another backend need not load here."""
     from django.conf import settings
 
-    from ..compat import task_backends
-
     names: set[str] = set()
-    for alias in getattr(settings, "TASKS", {}) or {}:
-        schedules = raw_schedules(task_backends[alias])
+    for config in (getattr(settings, "TASKS", None) or {}).values():
+        options = config.get("OPTIONS") if isinstance(config, dict) else None
+        schedules = options.get("SCHEDULES") if isinstance(options, dict) else None
         if isinstance(schedules, dict):
             names.update(schedules)
     return names
