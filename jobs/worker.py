@@ -183,7 +183,8 @@ class Worker:
                     self._begin_stopping(now)
                     logger.info("processed --max-jobs %d jobs", self.config.max_jobs)
                     continue
-            self._wait(0 if claimed and self.last_claim_full else self._wait_time(now))
+            # The clock read again: stopping executors above may have taken a moment.
+            self._wait(0 if claimed and self.last_claim_full else self._wait_time(time.monotonic()))
 
     def _limits_hold_due_jobs(self) -> bool:
         """Are due jobs held back by a limit (a burst worker waits for them)?"""

@@ -539,9 +539,11 @@ def test_a_schedule_removed_from_the_settings_and_added_again_starts_over_withou
 def test_a_schedule_missing_a_moment_in_a_rolling_deploy_fires_on_as_before(ping):
     schedules.tick()
     rewind("ping", 4)
-    # A worker of the other deploy, without it, noted it gone a moment ago.
-    Schedule.objects.filter(name="ping").update(unconfigured_since=schedules.database_now())
+    with with_schedules({}):  # a worker of the other deploy, without it, notes it gone
+        schedules.tick()
+    assert Schedule.objects.get(name="ping").unconfigured_since is not None
     assert [f.schedule for f in schedules.tick().fired] == ["ping"]
+    # Cleared, so that it is not taken for one added back once the moment is past.
     assert Schedule.objects.get(name="ping").unconfigured_since is None
 
 

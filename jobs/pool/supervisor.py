@@ -26,7 +26,7 @@ from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
 from .child import LEASE_LAPSED
 from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
-from .executor import REPORTS_TIMEOUT, Executor, StopFlag, StoppedBeforeStart
+from .executor import REPORTS_LOOK, REPORTS_TIMEOUT, Executor, StopFlag, StoppedBeforeStart
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Supervisor:
     def ask_for_last_reports(self):
         """Ask every executor running a job to write its jobs' progress and log lines now, as
         the shutdown timeout is about to end (the shutdown then waits for what is left)."""
-        _last_reports(self.executors, wait=False)
+        _last_reports(self.executors)
 
     def shutdown(self, *, hard: bool = False):
         """Stop every executor: each first answers what it was sent, within its close timeout;
@@ -205,6 +205,9 @@ class Supervisor:
             executor.close()  # in order: each exits once it has answered what it holds
         if not hard:
             _last_reports(self.executors)
+            for executor in self.executors:  # they write in parallel: one wait for them all
+                executor.wait_for_reports()
+                _settled(executor)
         for executor in list(self.executors):
             if not executor.started():
                 executor.process.join(2)
@@ -241,6 +244,8 @@ class Supervisor:
         if results is None:
             if last_reports:
                 _last_reports([executor])
+                executor.wait_for_reports()
+                _settled(executor)
             results = executor.kill()
         stopped = Stopped()
         for seq, ran in results:
@@ -331,16 +336,23 @@ class Supervisor:
             failure = self._overdue(executor, seq, started[seq], now)
             if failure is not None:
                 overdue.append((executor, seq, failure))
-        if overdue:
-            # Those due to be stopped before this wait is over are asked now too: by their
-            # turn they have answered, or are known not to (then they are not waited for).
-            stopping = {executor for executor, _, _ in overdue}
-            soon = now + REPORTS_TIMEOUT
-            due = [e for e in self.executors if e not in stopping and self._due(e, soon)]
-            _last_reports(due, wait=False)
-            _last_reports(list(stopping))
-        for executor, seq, failure in overdue:
-            self._stop(executor, culprit=seq, failure=failure, last_reports=False)
+        if not overdue:
+            return
+        # Those due to be stopped before this round is over are asked now too: by their turn
+        # they have answered, or are known not to (then they are not waited for).
+        stopping = {executor for executor, _, _ in overdue}
+        soon = now + REPORTS_TIMEOUT
+        _last_reports([e for e in self.executors if e not in stopping and self._due(e, soon)])
+        _last_reports(stopping)
+        # Each is stopped as soon as it has written (or cannot): one that answers at once does
+        # not wait for a stuck one beside it.
+        while overdue:
+            for item in [item for item in overdue if _reports_settled(item[0])]:
+                executor, seq, failure = item
+                self._stop(executor, culprit=seq, failure=failure, last_reports=False)
+                overdue.remove(item)
+            if overdue:
+                time.sleep(REPORTS_LOOK)
 
     def _enforce_coroutine_deadlines(self, executor, now) -> list:
         started = executor.started()
@@ -473,21 +485,30 @@ class Supervisor:
         }
 
 
-def _last_reports(executors, *, wait: bool = True) -> None:
+def _last_reports(executors) -> None:
     """Ask each of `executors` running a job to write its jobs' progress and log lines, as it
-    is about to be stopped; with `wait`, wait for them all, at most REPORTS_TIMEOUT from the
-    first ask (they write in parallel)."""
-    asked = [executor for executor in executors if executor.started()]
-    for executor in asked:
-        executor.ask_for_reports()
-    if not wait:
-        return
-    for executor in asked:
-        if not executor.wait_for_reports() and executor.alive():
-            logger.warning(
-                "executor process %s did not write its jobs' last progress and log lines "
-                "within %gs (its task holds the interpreter, or the database does not "
-                "answer): what they reported since its last write is lost",
-                executor.pid,
-                REPORTS_TIMEOUT,
-            )
+    is about to be stopped (`Executor.wait_for_reports` waits for the answer)."""
+    for executor in executors:
+        if executor.started():
+            executor.ask_for_reports()
+
+
+def _reports_settled(executor) -> bool:
+    """Has `executor` written what it was asked for, or is it known not to (no answer within
+    REPORTS_TIMEOUT of the ask, or gone)? Says so in the log when it did not write."""
+    waiting = executor.reports_pending() and executor.alive()
+    if waiting and time.monotonic() < executor.reports_asked_at + REPORTS_TIMEOUT:
+        return False
+    return _settled(executor)
+
+
+def _settled(executor) -> bool:
+    if executor.reports_pending() and executor.alive():
+        logger.warning(
+            "executor process %s did not write its jobs' last progress and log lines within "
+            "%gs (its task holds the interpreter, or the database does not answer): what they "
+            "reported since its last write is lost",
+            executor.pid,
+            REPORTS_TIMEOUT,
+        )
+    return True

@@ -142,7 +142,8 @@ def _configured_again(row, spec, now, grace) -> bool:
     from ..models import Schedule
 
     absent = (now - row.unconfigured_since).total_seconds()
-    same = Schedule.objects.filter(name=row.name, unconfigured_since=row.unconfigured_since)
+    # Not compared by value: SQLite keeps the database's Now() as text Django writes otherwise.
+    same = Schedule.objects.filter(name=row.name, unconfigured_since__isnull=False)
     if absent <= max(grace, MIN_ABSENCE):
         same.update(unconfigured_since=None)
         return False
