@@ -238,9 +238,9 @@ class Supervisor:
         """Stop an executor and settle its jobs: those it had started end with `failure` (only
         the job `culprit` when given: the others it had started fail as what they were asked
         to stop for themselves, if they were, else as ExecutorCrashed), those it never started
-        go to `settle` as unstarted; then start a new executor, unless the
-        worker is stopping. Unless `results` are given (it is gone already) or `last_reports`
-        is false, it is first given a moment to write its jobs' last progress and log lines."""
+        go to `settle` as unstarted; then start a new executor, unless the worker is stopping.
+        Unless `results` are given (it is gone already) or `last_reports` is false, it is first
+        given a moment to write its jobs' last progress and log lines."""
         if results is None:
             if last_reports:
                 _last_reports([executor])
@@ -318,8 +318,8 @@ class Supervisor:
         return ends + (self.cancel_grace if coroutine else 0)
 
     def enforce_deadlines(self, now):
-        """Stop every executor running a job past its deadline or its cancel's grace: all of
-        them asked at once to write their jobs' last lines first (`_last_reports`)."""
+        """Stop every executor running a job past its deadline or its cancel's grace, each
+        once it has written its jobs' last lines (all asked at once, `_last_reports`)."""
         overdue = []  # (executor, seq, failure)
         for executor in list(self.executors):
             executor.unwinding = False
