@@ -140,7 +140,7 @@ def test_executors_are_stopped_whatever_fails_once_they_started(run_in_process, 
 
 
 def test_executors_are_killed_when_stopping_them_in_order_fails(run_in_process, monkeypatch):
-    def broken(self):
+    def broken(self, *, hard=False):
         raise RuntimeError("the orderly stop failed")
 
     monkeypatch.setattr(Supervisor, "shutdown", broken)
