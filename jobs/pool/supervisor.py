@@ -413,12 +413,7 @@ class Supervisor:
         for seq, began in executor.started().items():
             claimed = executor.inflight[seq]
             claimed.began = began
-            deadline = self.deadline(claimed)
-            if deadline is not None and deadline <= moment:
-                return True
-            held = self.held.get(claimed.id)
-            asked = held.cancel_requested_at if held else None
-            if asked is not None and asked + self.cancel_grace <= moment:
+            if self._stopped_for(claimed, moment) is not None:
                 return True
         return False
 
