@@ -565,3 +565,20 @@ def test_a_schedule_of_another_backend_is_not_noted_gone():
     with with_schedules({}):  # gone from every backend: noted
         schedules.tick()
         assert Schedule.objects.get(name="ping").unconfigured_since is not None
+
+
+@pytest.mark.django_db
+def test_a_tick_with_nothing_due_reads_the_schedule_table_once():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    hourly = {"hourly": {"task": "tests.tasks.record", "args": ["h"], "every": 3600}}
+    with with_schedules({**hourly, "pong": {**PING["ping"], "args": ["pong"]}}):
+        schedules.tick()  # creates both rows
+    # "pong" is gone from the settings: the same tick notes it.
+    with with_schedules(hourly), CaptureQueriesContext(connection) as queries:
+        assert schedules.tick().fired == []
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and "schedule" in q["sql"]]
+    assert len(reads) == 1, reads
+    assert Schedule.objects.get(name="pong").unconfigured_since is not None
+    assert Schedule.objects.get(name="hourly").unconfigured_since is None

@@ -49,11 +49,12 @@ def tick(backend=None) -> Tick:
     """
     backend = backend_for(backend)
     specs = configured(backend)
-    mark_unconfigured()
+    known = _every_row()
+    mark_unconfigured(known)
     if not specs:
         return Tick([], TICK_SECONDS)
     now = db.database_now()
-    rows = rows_for(specs, now)
+    rows = rows_for(specs, now, known)
     grace = grace_seconds(backend)
     fired = []
     next_in = TICK_SECONDS
@@ -86,11 +87,15 @@ def tick(backend=None) -> Tick:
     return Tick(fired, max(TICK_MARGIN, next_in))
 
 
-def rows_for(specs, now):
-    """The Schedule row of each spec, creating missing ones (a new schedule fires from now on)."""
+def rows_for(specs, now, known=None):
+    """The Schedule row of each spec, creating missing ones (a new schedule fires from now on).
+
+    `known` is every row as `_every_row` read it a moment ago, to spare a second read."""
     from ..models import Schedule
 
-    rows = {row.name: row for row in Schedule.objects.filter(name__in=list(specs))}
+    if known is None:
+        known = {row.name: row for row in Schedule.objects.filter(name__in=list(specs))}
+    rows = {name: known[name] for name in specs if name in known}
     missing = [name for name in specs if name not in rows]
     if missing:
         Schedule.objects.bulk_create(
@@ -108,16 +113,29 @@ def rows_for(specs, now):
     return rows
 
 
-def mark_unconfigured() -> None:
-    """Note, on the row of each schedule that none of this process's backends configures any
-    more, since when (one read when there is none to note)."""
+def _every_row() -> dict:
+    """Every Schedule row by name: one read serves both what the tick fires and what it notes
+    as gone (a table of one row per schedule ever configured)."""
     from ..models import Schedule
 
-    gone = Schedule.objects.filter(unconfigured_since__isnull=True).exclude(
-        name__in=_configured_anywhere()
-    )
-    if gone.exists():
-        gone.update(unconfigured_since=Now())
+    return {row.name: row for row in Schedule.objects.all()}
+
+
+def mark_unconfigured(rows: dict) -> None:
+    """Note, on the row of each schedule that none of this process's backends configures any
+    more, since when (no write when there is none to note)."""
+    from ..models import Schedule
+
+    configured_anywhere = _configured_anywhere()
+    gone = [
+        name
+        for name, row in rows.items()
+        if row.unconfigured_since is None and name not in configured_anywhere
+    ]
+    if gone:
+        Schedule.objects.filter(name__in=gone, unconfigured_since__isnull=True).update(
+            unconfigured_since=Now()
+        )
 
 
 def _configured_anywhere() -> set[str]:
