@@ -2,9 +2,10 @@
 
 `pause_after_failures: [n, seconds]` on a `queue:` entry of LIMITS pauses that queue — the
 same pause as an operator's (jobs.queues), audited as the circuit breaker's — once n of its
-attempts failed within the last `seconds`. Resuming is an operator's act, and only failures
-after it count towards the next trip. Workers check after recording failed attempts of a queue
-that has a breaker; nothing is read otherwise.
+attempts failed within the last `seconds` (attempts handed back at a worker's shutdown or
+recovered from a vanished worker are not its work's failures, and do not count). Resuming is
+an operator's act, and only failures after it count towards the next trip. Workers check after
+recording failed attempts of a queue that has a breaker; nothing is read otherwise.
 """
 
 import logging
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from .models import Attempt, AuditEntry, PausedQueue
 from .queues import RESUMED
-from .states import FAILED_ATTEMPT
+from .states import BREAKER_FAILURE
 
 logger = logging.getLogger("jobs.worker")
 
@@ -23,7 +24,8 @@ PAUSED_BY = "circuit breaker"
 
 
 def failures_within(queue: str, seconds: float, cap: int) -> int:
-    """Failed attempts of `queue` finished within the last `seconds` and since the queue was
+    """Failed attempts of `queue` (BREAKER_FAILURE: its tasks raised, timed out, crashed their
+    executor or could not run) finished within the last `seconds` and since the queue was
     last resumed, counted up to `cap`: the failures that tripped the breaker before an
     operator's resume do not trip it again."""
     since = timezone.now() - timedelta(seconds=seconds)
@@ -36,7 +38,7 @@ def failures_within(queue: str, seconds: float, cap: int) -> int:
     if resumed is not None and resumed > since:
         since = resumed
     recent = Attempt.objects.filter(
-        finished_at__gte=since, outcome__in=sorted(FAILED_ATTEMPT), job__queue_name=queue
+        finished_at__gte=since, outcome__in=sorted(BREAKER_FAILURE), job__queue_name=queue
     )
     return recent.order_by().values("id")[:cap].count()
 

@@ -135,5 +135,11 @@ FAILED_ATTEMPT = frozenset(
 )
 
 
+# The failed attempts a queue's circuit breaker counts: those its own work caused. An attempt
+# handed back at a worker's shutdown or recovered from a vanished worker says nothing of the
+# queue's work, and a rolling restart must not pause a healthy queue.
+BREAKER_FAILURE = frozenset({AttemptOutcome.FAILED, AttemptOutcome.POISON})
+
+
 def is_failed_attempt(outcome: str | None) -> bool:
     return outcome in FAILED_ATTEMPT

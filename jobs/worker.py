@@ -36,7 +36,7 @@ from .pool.executor import REPORTS_TIMEOUT
 from .pool.supervisor import Held, Stopped, Supervisor
 from .reconnect import DB_ERRORS, first_line, is_transient, reset_connection
 from .signal_pipe import SignalPipe
-from .states import FAILED_ATTEMPT, JobState
+from .states import BREAKER_FAILURE, JobState
 from .worker_config import WorkerConfig, default_worker_id
 from .worker_log import WorkerLog
 
@@ -439,7 +439,7 @@ class Worker:
             self.log.finish(f, claimed, stopping=self.stopping)
             oc.announce(f, claimed)
             settled.append((f, claimed))
-            if claimed is not None and f.outcome in FAILED_ATTEMPT:
+            if claimed is not None and f.outcome in BREAKER_FAILURE:
                 failed_queues.add(claimed.queue_name)
         observers.attempts_settled(settled, self.backend)
         if failed_queues:

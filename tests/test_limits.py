@@ -358,6 +358,26 @@ def test_the_breaker_pauses_a_queue_once_enough_of_its_attempts_failed_within_th
     assert queues.paused()["hooks"].paused_by == "circuit breaker"
 
 
+def test_the_breaker_does_not_count_attempts_handed_back_at_shutdown_or_lost_with_a_worker():
+    from jobs import breaker, queues
+    from jobs.models import Attempt
+
+    def attempt(outcome):
+        job = make_job(JobState.PENDING, queue_name="hooks")
+        Attempt.objects.create(job=job, number=1, outcome=outcome, finished_at=timezone.now())
+
+    with with_limits({"queue:hooks": {"pause_after_failures": [2, 60]}}):
+        # A rolling restart and a worker that vanished: the queue's work did not fail.
+        for outcome in ("interrupted", "interrupted", "lost", "lost", "cancelled", "snoozed"):
+            attempt(outcome)
+        assert breaker.trip({"hooks"}, in_force()) == []
+        attempt("failed")
+        assert breaker.trip({"hooks"}, in_force()) == []
+        attempt("poison")
+        assert breaker.trip({"hooks"}, in_force()) == ["hooks"]
+    assert queues.paused()["hooks"].paused_by == "circuit breaker"
+
+
 def test_the_breaker_counts_only_failures_after_an_operator_resumed_the_queue():
     from jobs import breaker, queues
     from jobs.models import Attempt
