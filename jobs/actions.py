@@ -147,7 +147,9 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
     single press is. The workers are woken once.
     """
     ids = sorted(set(job_ids))
-    later = workflows.after_others(ids)
+    # Read once: a retry changes no edge, and a chain put back layer by layer asks every layer.
+    below = workflows.edges_below(ids)
+    later = workflows.after_others(ids, below)
     try:
         with transaction.atomic():
             first = [job_id for job_id in ids if job_id not in later]
@@ -164,18 +166,26 @@ def put_back_many(job_ids) -> list[uuid.UUID]:
             # only after a failed one among them waits for that one's layer; one whose failed
             # upstream job is not among them stays as it is.
             waiting = [job_id for job_id in sorted(later) if job_id not in done]
+            blocked = workflows.failed_upstream(waiting)
             while waiting:
-                blocked = workflows.failed_upstream(waiting)
                 ready = [job_id for job_id in waiting if job_id not in blocked]
                 if not ready:
                     break
-                deeper = workflows.after_others(ready)
+                deeper = workflows.after_others(ready, below)
                 layer = {job_id for job_id in ready if job_id not in deeper}
                 these = _put_back_in_line(sorted(layer))
-                these += [j for j in workflows.rearm(these) if j in retryable and j not in done]
+                rearmed = workflows.rearm(these)
+                these += [j for j in rearmed if j in retryable and j not in done]
                 back += these
                 done.update(these, layer)
                 waiting = [job_id for job_id in waiting if job_id not in done]
+                # Only the jobs right after one whose state changed may be unblocked: asked
+                # again, not every waiting one (a long chain would ask each layer for all).
+                changed = layer.union(these, rearmed)
+                asked = {j for c in changed for j in below.get(c, ())}.intersection(waiting)
+                for job_id in asked:
+                    blocked.pop(job_id, None)
+                blocked.update(workflows.failed_upstream(sorted(asked)))
     except IntegrityError:
         return [job_id for job_id in ids if retry_job(job_id, record=False).changed]
     if back:
@@ -565,18 +575,24 @@ def discard_many(job_ids) -> int:
     deleted = 0
     with transaction.atomic():
         moments.repair_stored(job_ids)
-        held = _held_in(job_ids, DISCARDABLE)
-        while held:
+        held = set(_held_in(job_ids, DISCARDABLE))
+        asked = sorted(held)
+        while asked:
             free = list(
-                Job.objects.filter(id__in=held)
+                Job.objects.filter(id__in=asked)
                 .exclude(workflows.needed_after())
                 .values_list("id", flat=True)
             )
             if not free:
                 break
+            # Only the jobs these were after may be free once these are gone: asked again,
+            # not every held one (a long chain would ask each round for all).
+            before = Dependency.objects.filter(downstream_id__in=free)
+            upstream = set(before.values_list("upstream_id", flat=True))
             _delete(free)
             deleted += len(free)
-            held = sorted(set(held) - set(free))
+            held.difference_update(free)
+            asked = sorted(upstream & held)
     return deleted
 
 

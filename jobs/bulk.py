@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import actions
-from .models import AuditEntry
+from .models import AuditEntry, Dependency
 
 # Each takes a batch of job ids and returns how many it changed.
 ACTIONS = {
@@ -18,6 +18,8 @@ ACTIONS = {
     "discard": actions.discard_many,
 }
 BATCH = 500
+# Ids per lookup of the edges between jobs (SQLite takes at most 32,766 parameters).
+LOOKUP = 5000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,7 +63,10 @@ def run(
     """Apply `action` batch by batch, yielding the running totals after each batch.
 
     Batches walk the ids in order, so jobs that the action moves out of the filter are neither
-    missed nor seen twice. The audit entry is written at the end, or with the totals of the
+    missed nor seen twice. A batch takes with it the jobs the filter matches that run after one
+    of its jobs or before it, at any depth (a workflow's nodes, a chain of continuations): a
+    chain is discarded from its end and retried from its start, which batches of ids in their
+    order would cut anywhere. The audit entry is written at the end, or with the totals of the
     batches done and "stopped before the end" when the caller stops early (a closed progress
     page) or a batch fails.
     """
@@ -70,14 +75,23 @@ def run(
     matched = applied = 0
     last = None
     complete = False
+    # Ids further on that an earlier batch took with it.
+    taken: set = set()
     try:
         while True:
-            chunk = list((ids.filter(id__gt=last) if last else ids)[:batch])
+            further = ids.filter(id__gt=last) if last else ids
+            chunk = list(further[:batch])
             if not chunk:
                 break
             last = chunk[-1]
-            applied += act(chunk)
-            matched += len(chunk)
+            chunk = [job_id for job_id in chunk if job_id not in taken]
+            if not chunk:
+                continue
+            # Jobs before this batch were matched by an earlier one, or did not match.
+            group = _with_linked(chunk, further)
+            taken.update(job_id for job_id in group if job_id > last)
+            applied += act(group)
+            matched += len(group)
             yield BulkResult(matched=matched, applied=applied)
         complete = True
     finally:
@@ -95,6 +109,34 @@ def run(
                 "complete": complete,
             },
         )
+
+
+def _with_linked(chunk: list, jobs) -> list:
+    """`chunk` with every job of `jobs` linked to one of its jobs by a chain of "runs after"
+    edges through jobs of `jobs` (either way), in id order."""
+    group = set(chunk)
+    frontier = list(chunk)
+    while frontier:
+        linked: set = set()
+        for start in range(0, len(frontier), LOOKUP):
+            part = frontier[start : start + LOOKUP]
+            linked.update(
+                Dependency.objects.filter(upstream_id__in=part).values_list(
+                    "downstream_id", flat=True
+                )
+            )
+            linked.update(
+                Dependency.objects.filter(downstream_id__in=part).values_list(
+                    "upstream_id", flat=True
+                )
+            )
+        unseen = sorted(linked - group)
+        frontier = []
+        for start in range(0, len(unseen), LOOKUP):
+            part = unseen[start : start + LOOKUP]
+            frontier += jobs.filter(id__in=part).values_list("id", flat=True)
+        group.update(frontier)
+    return sorted(group)
 
 
 def _check(action: str) -> str:

@@ -145,6 +145,61 @@ def test_bulk_retry_of_a_workflows_failed_nodes_re_arms_the_graph_as_single_pres
     assert states[ids[2]] == (JobState.SCHEDULED, 1)
 
 
+def cancelled_workflow(shape):
+    """A workflow cancelled before any node ran: a chain of ten, or a root, eight nodes after
+    it and one after those; its job ids in the order they were added."""
+    from jobs import workflows
+    from jobs.workflows import Workflow
+    from tests import tasks
+
+    wf = Workflow(shape)
+    if shape == "chain":
+        node = wf.add(tasks.record, 0)
+        for i in range(1, 10):
+            node = wf.add(tasks.record, i, after=[node])
+    else:
+        root = wf.add(tasks.record, "root")
+        leaves = [wf.add(tasks.record, i, after=[root]) for i in range(8)]
+        wf.add(tasks.record, "sink", after=leaves)
+    workflow_id = wf.enqueue()
+    workflows.cancel(workflow_id)
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.CANCELLED}
+    return [n.job_id for n in wf.nodes]
+
+
+@pytest.mark.parametrize("shape", ["chain", "fan-in"])
+def test_bulk_discard_of_a_workflow_over_many_batches_discards_every_node(shape):
+    ids = cancelled_workflow(shape)
+    result = bulk.apply("discard", Job.objects.filter(state=JobState.CANCELLED), batch=3)
+    assert (result.matched, result.applied) == (10, 10)
+    assert not Job.objects.filter(id__in=ids).exists()
+
+
+@pytest.mark.parametrize("shape", ["chain", "fan-in"])
+def test_bulk_retry_of_a_workflow_over_many_batches_puts_every_node_back(shape):
+    ids = cancelled_workflow(shape)
+    result = bulk.apply("retry", Job.objects.filter(state=JobState.CANCELLED), batch=3)
+    assert (result.matched, result.applied) == (10, 10)
+    states = dict(Job.objects.values_list("id", "state"))
+    assert states[ids[0]] == JobState.PENDING
+    assert {states[job_id] for job_id in ids[1:]} == {JobState.SCHEDULED}
+
+
+def test_a_bulk_action_counts_each_job_once_when_a_batch_takes_later_ones_with_it():
+    ids = cancelled_workflow("chain")
+    alone = [make_job(JobState.CANCELLED) for _ in range(5)]
+    seen = []
+    result = bulk.apply(
+        "discard",
+        Job.objects.filter(state=JobState.CANCELLED),
+        batch=2,
+        progress=lambda matched, applied: seen.append(matched),
+    )
+    assert (result.matched, result.applied) == (15, 15)
+    assert seen == sorted(seen) and seen[-1] == 15
+    assert not Job.objects.filter(id__in=ids + [j.id for j in alone]).exists()
+
+
 def test_bulk_cancel_cancels_waiting_jobs():
     make_job(JobState.PENDING)
     make_job(JobState.RETRYING)

@@ -12,7 +12,7 @@ when they succeed, or, for a node added with `on_upstream_failure="run"`, when t
     reading.py  upstream values for a running node, summaries, the graph
 """
 
-from .actions import after_others, cancel, failed_upstream, rearm, retry_failed
+from .actions import after_others, cancel, edges_below, failed_upstream, rearm, retry_failed
 from .enqueue import ON_FINISH, ON_SUCCESS, ON_UPSTREAM_FAILURE, Batch, Node, Workflow
 from .reading import (
     FINISHED,
@@ -38,6 +38,7 @@ __all__ = [
     "Workflow",
     "after_others",
     "cancel",
+    "edges_below",
     "failed_upstream",
     "graph",
     "rearm",

@@ -143,14 +143,31 @@ def _hold_upstream_of(job_ids: list) -> None:
     list(rows.select_for_update().values_list("id", flat=True))
 
 
-def after_others(job_ids) -> set[uuid.UUID]:
-    """Those of `job_ids` that come after another of them in their graph, at any depth."""
+def edges_below(job_ids) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """Every edge from `job_ids` down their graphs, at any depth: each job's id -> the ids of
+    the jobs right after it (one read per level)."""
+    below: dict[uuid.UUID, list[uuid.UUID]] = {}
+    seen = set(job_ids)
+    frontier = seen
+    while frontier:
+        edges = Dependency.objects.filter(upstream_id__in=list(frontier))
+        frontier = set()
+        for upstream, downstream in edges.values_list("upstream_id", "downstream_id"):
+            below.setdefault(upstream, []).append(downstream)
+            if downstream not in seen:
+                frontier.add(downstream)
+        seen |= frontier
+    return below
+
+
+def after_others(job_ids, below: dict[uuid.UUID, list[uuid.UUID]]) -> set[uuid.UUID]:
+    """Those of `job_ids` that come after another of them in their graph, at any depth, by the
+    edges `below` (from `edges_below` of these ids or more)."""
     ids = set(job_ids)
     reached: set[uuid.UUID] = set()
     frontier = ids
     while frontier:
-        below = Dependency.objects.filter(upstream_id__in=list(frontier))
-        frontier = set(below.values_list("downstream_id", flat=True)) - reached
+        frontier = {after for job_id in frontier for after in below.get(job_id, ())} - reached
         reached |= frontier
     return ids & reached
 
