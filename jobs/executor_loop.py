@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 
+from . import forked
 from .errors import CANCELLED_BY_OPERATOR, JobCancelled, JobTimeout
 from .errortext import for_log
 
@@ -107,6 +108,7 @@ class ExecutorLoop:
         self.stop_flag, self.worker_id = stop_flag, worker_id
         self.job_codec, self.ran_codec = codecs
         self.dumps, self.tidy = dumps, tidy
+        forked.owned_here()
         self.free_slots: queue.SimpleQueue = queue.SimpleQueue()
         for slot in range(slot_count(status)):
             self.free_slots.put(slot)
@@ -189,6 +191,7 @@ class ExecutorLoop:
         self.free_slots.put(slot)
 
     def _send(self, seq, ran):
+        forked.leave_if_forked()  # never a forked copy's answer on the worker's pipe
         data = self.dumps((seq, *self.ran_codec.flat(ran)))
         with self.send_lock:
             self.conn.send_bytes(data)
@@ -410,6 +413,7 @@ async def run_coroutine(claimed, worker_id, control):
                     raise asyncio.CancelledError
                 value = await attempt.task.func(*call_args, **attempt.kwargs)
             finally:
+                forked.leave_if_forked(sys.exc_info()[1])
                 control.code_ended()
                 if control.cancelled:
                     asyncio.current_task().uncancel()  # the cancel was ours, and is spent

@@ -10,7 +10,7 @@ import json
 import logging
 import time
 
-from . import payload
+from . import forked, payload
 from .compat import TaskResult, TaskResultStatus, reaches_anyone, task_finished, task_started
 from .db import Claimed
 from .errors import JobTimeout, PoisonJob, ResultTooLarge, Snooze, Unrecoverable, snooze_seconds
@@ -85,8 +85,10 @@ def run_attempt(claimed: Claimed, *, worker_id: str, began: float | None = None)
         try:
             value = attempt.task.call(*call_args, **attempt.kwargs)
         except BaseException as exc:
+            forked.leave_if_forked(exc)
             ran = attempt.failed(_late(claimed, deadline, exc))
         else:
+            forked.leave_if_forked()
             late = _late(claimed, deadline, None)
             ran = attempt.ended(value) if late is None else attempt.failed(late)
         attempt.close()

@@ -195,6 +195,31 @@ def exits_hard(key):
     os._exit(3)
 
 
+def _fork_and_wait(key, child_raises):
+    """Forks; the child leaves the task by returning or raising (not os._exit), as a careless
+    task's child would; the parent waits for it."""
+    pid = os.fork()
+    if pid == 0:
+        _event(f"child:{key}")
+        if child_raises:
+            raise RuntimeError("the child's error")
+        return "the child's value"
+    os.waitpid(pid, 0)
+    return "the parent's value"
+
+
+@task(backoff=NO_WAIT, max_attempts=1)
+def forks(key, child_raises=False):
+    _event(f"start:{key}")
+    return _fork_and_wait(key, child_raises)
+
+
+@task(backoff=NO_WAIT, max_attempts=1)
+async def forks_in_a_coroutine(key, child_raises=False):
+    _event(f"start:{key}")
+    return _fork_and_wait(key, child_raises)
+
+
 @task(backoff=NO_WAIT, max_attempts=3, on_crash="dead_letter")
 def segfaults_no_retry(key):
     _event(f"start:{key}")

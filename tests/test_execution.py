@@ -78,6 +78,24 @@ def test_a_crash_storm_never_takes_the_worker_down_nor_runs_a_finished_job_again
     assert_nothing_running()
 
 
+@pytest.mark.parametrize("task", [tasks.forks, tasks.forks_in_a_coroutine])
+def test_a_task_whose_forked_child_returns_or_raises_leaves_the_executor_to_its_parent(
+    run_worker, subprocess_env, task
+):
+    forking = [task.enqueue("returns").id, task.enqueue("raises", child_raises=True).id]
+    after = tasks.ledger_span.enqueue_many([((f"after-{i}", 0), {}) for i in range(20)])
+    crash = tasks.exits_hard.enqueue("crash").id
+    burst(run_worker, "--concurrency", "1")
+    for job in Job.objects.filter(id__in=forking):
+        assert (job.state, job.return_value) == (JobState.SUCCEEDED, "the parent's value")
+    children = Counter(e.key for e in read_events(subprocess_env) if e.kind == "child")
+    assert children == {"returns": 1, "raises": 1}  # each child did run
+    assert all(j.state == JobState.SUCCEEDED for j in Job.objects.filter(id__in=after))
+    # A crash after them is still seen as one: no forked copy answers for the executor.
+    assert Job.objects.get(id=crash).error_type == "ExecutorCrashed"
+    assert_nothing_running()
+
+
 def test_on_crash_dead_letter_stops_at_the_first_crash_and_retry_tries_again(run_worker):
     stop = tasks.segfaults_no_retry.enqueue("stop").id
     again = tasks.segfaults_then_succeeds.enqueue("again").id

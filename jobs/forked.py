@@ -1,0 +1,37 @@
+"""A task that calls os.fork(): its child must never come back into the executor.
+
+A child that returns or raises out of the task would go on as a second copy of the executor,
+reading the worker's pipe beside the real one and answering for its jobs: the two would split
+messages between them and the job would wait, running, forever. The child ends where the
+task's code ends instead, as a forked Python program would (a traceback and status 1 if it
+raised, status 0 if it returned). Children that exec or end by themselves (subprocess,
+multiprocessing) never get here.
+"""
+
+import os
+import sys
+import traceback
+
+# The executor's process id, once it serves; None where tasks run in the calling process.
+_owner: int | None = None
+
+
+def owned_here() -> None:
+    """This process runs tasks for a worker: a process forked from it must not."""
+    global _owner
+    _owner = os.getpid()
+
+
+def leave_if_forked(exc: BaseException | None = None) -> None:
+    """End this process now if it is a child a task forked (the task's code just ended in it,
+    raising `exc` or returning)."""
+    if _owner is None or os.getpid() == _owner:
+        return
+    if exc is not None:
+        traceback.print_exception(exc)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(1 if exc is not None else 0)
