@@ -196,20 +196,20 @@ class Supervisor:
 
     def shutdown(self, *, hard: bool = False):
         """Stop every executor: each first answers what it was sent, within its close timeout;
-        jobs still running then are interrupted, their last lines written first unless `hard`
-        (a second signal: at once)."""
+        jobs still running then are interrupted, their last lines written first. With `hard`
+        (a second signal), at once: each is killed now, and what it had answered still counts."""
         self.stopping = True
         self.stop_flag.set()
         self.restarts.clear()
-        for executor in self.executors:
-            executor.close()  # in order: each exits once it has answered what it holds
         if not hard:
+            for executor in self.executors:
+                executor.close()  # in order: each exits once it has answered what it holds
             _last_reports(self.executors)
             for executor in self.executors:  # they write in parallel: one wait for them all
                 executor.wait_for_reports()
                 _settled(executor)
         for executor in list(self.executors):
-            if not executor.started():
+            if not hard and not executor.started():
                 executor.process.join(2)
             self._stop(
                 executor,
