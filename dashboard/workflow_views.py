@@ -2,7 +2,7 @@
 its Cancel workflow / Retry failed nodes actions."""
 
 from django.contrib import messages
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from jobs import workflows
@@ -63,13 +63,31 @@ def workflow_detail(request, workflow_id):
         "layers": None if drawn else layer_counts(graph),
         "graph_limit": GRAPH_LIMIT,
         "can_operate": can_operate(request.user),
+        "cancel_question": CANCEL_QUESTION,
     }
     return render_page(request, "dashboard/workflow_detail.html", "workflow", context)
+
+
+# Asked before Cancel workflow acts: by dashboard.js in a dialog, else on a page of its own.
+CANCEL_QUESTION = (
+    "Every unfinished node is cancelled, and running ones are asked to stop. Retry failed "
+    "nodes puts them back in line."
+)
 
 
 @require_POST
 @operator_required
 def cancel(request, workflow_id):
+    if request.POST.get("confirm") == "ask":  # no script ran: ask on a page
+        record = Workflow.objects.filter(id=workflow_id).first()
+        if record is None:
+            return error_page(request, 404, f"No workflow has the id {workflow_id}.")
+        context = {
+            "workflow": record,
+            "summary": workflows.summaries([record])[0],
+            "question": CANCEL_QUESTION,
+        }
+        return render(request, "dashboard/workflow_confirm.html", context)
     return _act(
         request,
         workflow_id,

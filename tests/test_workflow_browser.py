@@ -36,7 +36,15 @@ def test_operator_opens_a_workflow_sees_its_graph_and_cancels_it(open_console, s
     expect(graph.locator("a.wf-node")).to_have_count(6)
     expect(graph.locator(".wf-node-pending")).to_have_count(1)
     page.screenshot(path=screenshots / "workflow-graph.png", full_page=True)
+    # It asks first; going back changes nothing.
     page.get_by_role("button", name="Cancel workflow").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Cancel this workflow? Every unfinished node is cancelled")
+    dialog.get_by_role("button", name="Go back").click()
+    expect(dialog).to_be_hidden()
+    assert not Job.objects.filter(workflow_id=workflow_id, state=JobState.CANCELLED).exists()
+    page.get_by_role("button", name="Cancel workflow").click()
+    dialog.get_by_role("button", name="Cancel workflow").click()
     expect(page.get_by_role("status")).to_contain_text("6 nodes cancelled")
     expect(graph.locator(".wf-node-cancelled")).to_have_count(6)
     assert set(Job.objects.filter(workflow_id=workflow_id).values_list("state", flat=True)) == {

@@ -110,6 +110,24 @@ def test_cancel_workflow_and_retry_failed_nodes_from_the_page(client, operator):
     assert "4 failed nodes put back in line" in answer.content.decode()
 
 
+def test_cancel_workflow_without_a_script_asks_on_a_page_first(client, operator):
+    workflow_id = diamond()
+    client.force_login(operator)
+    html = page(client, workflow_id).content.decode()
+    assert 'name="confirm" value="ask"' in html and "data-confirm=" in html
+    url = reverse("dashboard:workflow_cancel", args=[workflow_id])
+    asked = client.post(url, {"confirm": "ask"})
+    assert asked.status_code == 200
+    html = asked.content.decode()
+    assert "Cancel workflow" in html and "Every unfinished node is cancelled" in html
+    assert 'name="confirm" value="yes"' in html
+    assert not Job.objects.filter(state=JobState.CANCELLED).exists()
+    done = client.post(url, {"confirm": "yes"}, follow=True)
+    assert "4 nodes cancelled" in done.content.decode()
+    missing = reverse("dashboard:workflow_cancel", args=["00000000-0000-0000-0000-000000000000"])
+    assert client.post(missing, {"confirm": "ask"}).status_code == 404
+
+
 def test_a_viewer_cannot_cancel_and_an_unknown_workflow_is_a_404(client, viewer):
     workflow_id = diamond()
     client.force_login(viewer)
