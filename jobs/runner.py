@@ -111,21 +111,50 @@ def prepare(claimed: Claimed, *, worker_id: str):
     """The Attempt of a claimed job, or the poison `Ran` of one that cannot run at all."""
     started = now()
     try:
-        task, signature, _ = _task_and_signature(claimed.task_path)
-        args = _decoded(claimed.args_json)
-        kwargs = _decoded(claimed.kwargs_json)
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise PoisonJob("stored arguments are not a list and a dict")
-        if task.takes_context:
-            signature.bind(None, *args, **kwargs)
-        else:
-            signature.bind(*args, **kwargs)
+        task, signature, args, kwargs = _runnable(claimed)
     except BaseException as exc:
         return _failed(claimed, exc, RanKind.POISON, started)
     if claimed.start_by and time.monotonic() > claimed.start_by:
         # Too late for the rate window its claim counted it in (jobs.limits): not begun.
         return Ran(claimed.id, RanKind.RELEASED)
     return Attempt(claimed, task, args, kwargs, started, worker_id)
+
+
+def _runnable(claimed: Claimed):
+    """The task, its signature and the decoded arguments of a claimed job; PoisonJob, saying
+    what is wrong and what to do, when it can never run."""
+    path = claimed.task_path
+    try:
+        task, signature, _ = _task_and_signature(path)
+    except Exception as e:
+        raise PoisonJob(
+            f"no task can be loaded at {path!r} ({type(e).__name__}: {e}): deploy the code "
+            "that defines it to the workers and retry the job, or discard it"
+        ) from e
+    try:
+        args = _decoded(claimed.args_json)
+        kwargs = _decoded(claimed.kwargs_json)
+    except ValueError as e:
+        raise PoisonJob(
+            f"the stored arguments are not JSON ({e}): rerun the job with arguments that "
+            "are (Edit and rerun), or discard it"
+        ) from e
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise PoisonJob(
+            "the stored arguments are not a list and a dict: rerun the job with arguments "
+            "that are (Edit and rerun), or discard it"
+        )
+    try:
+        if task.takes_context:
+            signature.bind(None, *args, **kwargs)
+        else:
+            signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise PoisonJob(
+            f"the stored arguments do not fit {path}{signature} ({e}): rerun the job with "
+            "arguments that do (Edit and rerun), or discard it"
+        ) from e
+    return task, signature, args, kwargs
 
 
 def is_coroutine_task(task_path: str) -> bool:

@@ -99,6 +99,14 @@ def test_a_job_of_an_unknown_task_is_poison_and_the_worker_carries_on(run_worker
         job.refresh_from_db()
         assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "poison", 1)
         assert job.attempts.get().outcome == "poison"
+        # What is wrong, and what to do about it.
+        assert job.error_type == "PoisonJob"
+        assert job.error_message.startswith(f"no task can be loaded at '{job.task_path}' (")
+        assert job.error_message.endswith(
+            "deploy the code that defines it to the workers and retry the job, or discard it"
+        )
+    assert "No module named 'no_such_module'" in Job.objects.get(id=broken_module.id).error_message
+    assert "is not a task (decorate it with @task)" in not_a_task.error_message
     assert Job.objects.get(id=fine.id).state == JobState.SUCCEEDED
 
 
@@ -110,7 +118,12 @@ def test_a_job_whose_stored_arguments_no_longer_fit_is_poison(run_worker):
     for job in (wrong_arity, wrong_kwarg, not_a_list):
         job.refresh_from_db()
         assert (job.state, job.dead_letter_reason) == ("dead_letter", "poison"), job.args
-        assert job.error_type
+        assert job.error_type == "PoisonJob"
+        assert job.error_message.endswith("(Edit and rerun), or discard it")
+    wrong_arity.refresh_from_db()
+    assert wrong_arity.error_message.startswith(
+        "the stored arguments do not fit tests.tasks.add(a, b) (too many positional arguments)"
+    )
 
 
 def test_a_return_value_that_is_not_json_dead_letters_the_job_at_once(run_worker):
