@@ -1,6 +1,7 @@
 """Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES, LIMITS,
-MAX_SNOOZES and SENTRY_CAPTURE options, and SQLite settings under which a worker and
-enqueuers would fail with "database is locked"."""
+MAX_SNOOZES, timing (HEARTBEAT_SECONDS, LEASE_SECONDS, CANCEL_GRACE_SECONDS) and
+SENTRY_CAPTURE options, and SQLite settings under which a worker and enqueuers would fail with
+"database is locked"."""
 
 from django.core import checks
 
@@ -26,6 +27,29 @@ def check_max_snoozes(app_configs=None, **kwargs):
     from . import outcome
 
     return _option_errors("MAX_SNOOZES", outcome.max_snoozes_problems, "jobs.E003")
+
+
+@checks.register(checks.Tags.compatibility)
+def check_timing(app_configs=None, **kwargs):
+    from . import timing
+    from .backend import JobsBackend
+    from .compat import task_backends
+
+    return [
+        checks.Error(
+            problem,
+            hint="See HEARTBEAT_SECONDS and LEASE_SECONDS in the README.",
+            obj=f"TASKS[{backend.alias!r}]['OPTIONS']",
+            id="jobs.E006",
+        )
+        for backend in task_backends.all()
+        if isinstance(backend, JobsBackend)
+        for problem in timing.problems(
+            backend.timing.heartbeat_seconds,
+            backend.timing.lease_seconds,
+            backend.timing.cancel_grace_seconds,
+        )
+    ]
 
 
 @checks.register(checks.Tags.compatibility)

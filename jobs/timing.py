@@ -1,7 +1,13 @@
 """The worker's timing options (`HEARTBEAT_SECONDS`, `LEASE_SECONDS`, `CANCEL_GRACE_SECONDS`)
 and their defaults: the one place the engine and the console read them from."""
 
+import math
 from dataclasses import dataclass
+
+# The longest each may be, in seconds: a crashed worker's jobs wait out a lease before another
+# worker recovers them, and past a day nobody would wait (PostgreSQL's session timeouts the
+# worker derives from them end at about 24 days, too).
+MAX_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,6 +31,28 @@ class Timing:
 
 
 DEFAULTS = Timing()
+
+
+def problems(heartbeat: float, lease: float, cancel_grace: float) -> list[str]:
+    """What is wrong with these timing options, each in a sentence (none: they are fine)."""
+    found = []
+    for option, value, least in (
+        ("HEARTBEAT_SECONDS", heartbeat, "above 0"),
+        ("LEASE_SECONDS", lease, "above 0"),
+        ("CANCEL_GRACE_SECONDS", cancel_grace, "0 or more"),
+    ):
+        low = value < 0 or (value == 0 and least == "above 0")
+        if not math.isfinite(value) or low or value > MAX_SECONDS:
+            found.append(
+                f"{option} must be a number of seconds {least} and at most {MAX_SECONDS:,.0f} "
+                f"(a day), not {value!r}"
+            )
+    if not found and lease <= heartbeat:
+        found.append(
+            f"LEASE_SECONDS ({lease:g}) must be longer than HEARTBEAT_SECONDS ({heartbeat:g}): "
+            "a lease is renewed every heartbeat, and must outlast the wait for the next one"
+        )
+    return found
 
 
 def configured(alias: str = "default") -> Timing:

@@ -5,6 +5,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from . import timing
 from .timing import DEFAULTS as DEFAULT_TIMING
 
 
@@ -36,8 +37,9 @@ class WorkerConfig:
             raise ValueError("max-jobs must be at least 1")
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown-timeout must be >= 0")
-        if self.heartbeat_seconds <= 0 or self.lease_seconds <= self.heartbeat_seconds:
-            raise ValueError("LEASE_SECONDS must be longer than HEARTBEAT_SECONDS (both > 0)")
+        found = timing.problems(self.heartbeat_seconds, self.lease_seconds, self.cancel_grace)
+        if found:
+            raise ValueError("; ".join(found))
 
 
 def default_worker_id():
