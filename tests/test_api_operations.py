@@ -117,6 +117,22 @@ def test_rerun_with_a_body_runs_the_new_arguments(client, operator_headers):
     assert AuditEntry.objects.get(action="rerun").detail["old"]["args"] == [1, 0]
 
 
+def test_rerun_with_an_integer_too_long_for_a_job_says_so(client, operator_headers):
+    job = make_job(JobState.DEAD_LETTER)
+    response = client.post(
+        f"/api/v1/jobs/{job.id}/rerun",
+        '{"args": [-' + "9" * 5001 + "]}",
+        content_type="application/json",
+        headers=operator_headers,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == (
+        "the body holds an integer of 5,001 digits, more than the 4,300 a job's arguments may "
+        "hold: send it as a string"
+    )
+    assert Job.objects.count() == 1
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -201,6 +201,7 @@ def test_edit_and_rerun_runs_the_new_arguments(operator_client):
         ('["a\\u0000b"]', "{}", "NUL"),
         ("[" * 100_000, "{}", "Nested too deeply"),
         ('["' + "x" * 2_000_000 + '"]', "{}", "over the limit of 1,048,576"),
+        ("[" + "9" * 5001 + "]", "{}", "an integer of 5,001 digits, more than the 4,300"),
     ],
     ids=lambda value: value[:20],
 )
