@@ -220,6 +220,23 @@ async def forks_in_a_coroutine(key, child_raises=False):
     return _fork_and_wait(key, child_raises)
 
 
+def square(x):
+    return x * x
+
+
+@task(backoff=NO_WAIT, max_attempts=1)
+def uses_multiprocessing(n):
+    """A pool of processes, and a process of its own, as a task may start them."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        total = sum(pool.map(square, range(n)))
+    process = multiprocessing.get_context("fork").Process(target=square, args=(n,))
+    process.start()
+    process.join()
+    return [total, process.exitcode]
+
+
 @task(backoff=NO_WAIT, max_attempts=3, on_crash="dead_letter")
 def segfaults_no_retry(key):
     _event(f"start:{key}")

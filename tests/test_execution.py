@@ -96,6 +96,14 @@ def test_a_task_whose_forked_child_returns_or_raises_leaves_the_executor_to_its_
     assert_nothing_running()
 
 
+def test_a_task_may_start_processes_with_multiprocessing(run_worker):
+    job = tasks.uses_multiprocessing.enqueue(10)
+    burst(run_worker, "--concurrency", "1")
+    job = Job.objects.get(id=job.id)
+    assert (job.state, job.return_value) == (JobState.SUCCEEDED, [285, 0]), job.error_message
+    assert_nothing_running()
+
+
 def test_on_crash_dead_letter_stops_at_the_first_crash_and_retry_tries_again(run_worker):
     stop = tasks.segfaults_no_retry.enqueue("stop").id
     again = tasks.segfaults_then_succeeds.enqueue("again").id

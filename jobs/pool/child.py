@@ -5,6 +5,7 @@ since when (jobs.executor_loop): deadlines are enforced from outside, and after 
 worker knows which jobs were running (failed attempts) and which it never started.
 """
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -58,6 +59,10 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logg
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    # Started as a daemon, so that the worker's exit ends it whatever happens; but a task may
+    # start processes of its own with multiprocessing (a pool), which refuses that in a
+    # daemon. The worker ends them with the executor all the same (process_tree.kill_tree).
+    multiprocessing.current_process().daemon = False
     parent = _die_with_parent()
     if settings_module:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
