@@ -180,8 +180,8 @@ def json_body(request, allowed) -> dict:
         body = json_input.loads(request.body)
     except json_input.RepeatedKey as e:
         raise BadRequest(f"the body is ambiguous: {e}") from None
-    except json_input.LongInteger as e:
-        raise BadRequest(f"the body holds {e}") from None
+    except json_input.UnfitNumber as e:
+        raise BadRequest(f"the body is valid JSON, but {e}") from None
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(body, dict):

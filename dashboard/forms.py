@@ -142,6 +142,8 @@ class EditRerunForm(forms.Form):
             value = json_input.loads(text)
         except RecursionError:
             raise ValidationError("Nested too deeply.") from None
+        except json_input.UnfitNumber as exc:  # valid JSON, but no job may carry it
+            raise ValidationError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
         except ValueError as exc:
             raise ValidationError(f"Not valid JSON: {exc}") from None
         if not isinstance(value, kind):

@@ -38,7 +38,7 @@ def check_timing(app_configs=None, **kwargs):
     return [
         checks.Error(
             problem,
-            hint="See HEARTBEAT_SECONDS and LEASE_SECONDS in the README.",
+            hint="See HEARTBEAT_SECONDS, LEASE_SECONDS and CANCEL_GRACE_SECONDS in the README.",
             obj=f"TASKS[{backend.alias!r}]['OPTIONS']",
             id="jobs.E006",
         )

@@ -126,7 +126,7 @@ def _runnable(claimed: Claimed):
     path = claimed.task_path
     try:
         task, signature, _ = _task_and_signature(path)
-    except Exception as e:
+    except BaseException as e:  # a module may raise anything as it loads, SystemExit too
         raise PoisonJob(
             f"no task can be loaded at {path!r} ({type(e).__name__}: {e}): deploy the code "
             "that defines it to the workers and retry the job, or discard it"

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 # worker recovers them, and past a day nobody would wait (PostgreSQL's session timeouts the
 # worker derives from them end at about 24 days, too).
 MAX_SECONDS = 86_400.0
+# The shortest heartbeat: each one renews leases and does maintenance, so a shorter one would
+# keep an idle worker busy for nothing.
+MIN_HEARTBEAT_SECONDS = 0.1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,6 +50,11 @@ def problems(heartbeat: float, lease: float, cancel_grace: float) -> list[str]:
                 f"{option} must be a number of seconds {least} and at most {MAX_SECONDS:,.0f} "
                 f"(a day), not {value!r}"
             )
+    if not found and heartbeat < MIN_HEARTBEAT_SECONDS:
+        found.append(
+            f"HEARTBEAT_SECONDS must be at least {MIN_HEARTBEAT_SECONDS:g}, not {heartbeat!r}: "
+            "every heartbeat renews leases and does maintenance"
+        )
     if not found and lease <= heartbeat:
         found.append(
             f"LEASE_SECONDS ({lease:g}) must be longer than HEARTBEAT_SECONDS ({heartbeat:g}): "

@@ -127,10 +127,20 @@ def test_rerun_with_an_integer_too_long_for_a_job_says_so(client, operator_heade
     )
     assert response.status_code == 400
     assert response.json()["error"] == (
-        "the body holds an integer of 5,001 digits, more than the 4,300 a job's arguments may "
-        "hold: send it as a string"
+        "the body is valid JSON, but an integer of 5,001 digits is longer than the 4,300 a "
+        "job's arguments may hold: send it as a string"
     )
     assert Job.objects.count() == 1
+    huge = client.post(
+        f"/api/v1/jobs/{job.id}/rerun",
+        '{"args": [1e400]}',
+        content_type="application/json",
+        headers=operator_headers,
+    )
+    assert huge.json()["error"] == (
+        "the body is valid JSON, but the number 1e400 is beyond the largest a job's arguments "
+        "may hold: send it as a string"
+    )
 
 
 @pytest.mark.parametrize(

@@ -201,7 +201,8 @@ def test_edit_and_rerun_runs_the_new_arguments(operator_client):
         ('["a\\u0000b"]', "{}", "NUL"),
         ("[" * 100_000, "{}", "Nested too deeply"),
         ('["' + "x" * 2_000_000 + '"]', "{}", "over the limit of 1,048,576"),
-        ("[" + "9" * 5001 + "]", "{}", "an integer of 5,001 digits, more than the 4,300"),
+        ("[" + "9" * 5001 + "]", "{}", "An integer of 5,001 digits is longer than the 4,300"),
+        ("[1e400]", "{}", "The number 1e400 is beyond the largest"),
     ],
     ids=lambda value: value[:20],
 )

@@ -36,6 +36,11 @@ def test_a_timing_option_that_is_not_a_number_of_seconds_within_a_day_is_named(
     assert "at most 86,400 (a day)" in problem
 
 
+def test_a_heartbeat_shorter_than_a_tenth_of_a_second_is_refused():
+    [problem] = timing.problems(1e-9, 60, 10)
+    assert problem.startswith("HEARTBEAT_SECONDS must be at least 0.1, not 1e-09")
+
+
 def test_a_lease_no_longer_than_the_heartbeat_says_why_it_must_be():
     [problem] = timing.problems(30, 10, 10)
     assert problem.startswith("LEASE_SECONDS (10) must be longer than HEARTBEAT_SECONDS (30)")
