@@ -93,9 +93,10 @@ def test_a_job_of_an_unknown_task_is_poison_and_the_worker_carries_on(run_worker
     ghost = make_job(task_path="tests.tasks.does_not_exist")
     broken_module = make_job(task_path="no_such_module.task")
     not_a_task = make_job(task_path="tests.tasks.NO_WAIT")
+    exits = make_job(task_path="tests.exits_on_import.task")
     fine = tasks.add.enqueue(1, 1)
     burst(run_worker)
-    for job in (ghost, broken_module, not_a_task):
+    for job in (ghost, broken_module, not_a_task, exits):
         job.refresh_from_db()
         assert (job.state, job.dead_letter_reason, job.attempt) == ("dead_letter", "poison", 1)
         assert job.attempts.get().outcome == "poison"
