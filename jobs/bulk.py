@@ -88,7 +88,7 @@ def run(
             if not chunk:
                 continue
             # Jobs before this batch were matched by an earlier one, or did not match.
-            group = _with_linked(chunk, further)
+            group = _with_linked(chunk, further, taken)
             taken.update(job_id for job_id in group if job_id > last)
             applied += act(group)
             matched += len(group)
@@ -111,9 +111,9 @@ def run(
         )
 
 
-def _with_linked(chunk: list, jobs) -> list:
+def _with_linked(chunk: list, jobs, taken: set) -> list:
     """`chunk` with every job of `jobs` linked to one of its jobs by a chain of "runs after"
-    edges through jobs of `jobs` (either way), in id order."""
+    edges through jobs of `jobs` (either way), in id order; none of `taken` (already acted on)."""
     group = set(chunk)
     frontier = list(chunk)
     while frontier:
@@ -130,7 +130,7 @@ def _with_linked(chunk: list, jobs) -> list:
                     "upstream_id", flat=True
                 )
             )
-        unseen = sorted(linked - group)
+        unseen = sorted(linked - group - taken)
         frontier = []
         for start in range(0, len(unseen), LOOKUP):
             part = unseen[start : start + LOOKUP]

@@ -3,9 +3,9 @@
 A child that returns or raises out of the task would go on as a second copy of the executor,
 reading the worker's pipe beside the real one and answering for its jobs: the two would split
 messages between them and the job would wait, running, forever. The child ends where the
-task's code ends instead, as a forked Python program would (a traceback and status 1 if it
-raised, status 0 if it returned). Children that exec or end by themselves (subprocess,
-multiprocessing) never get here.
+task's code ends instead, as a forked Python program would (status 0 if it returned, a
+SystemExit's status, else a traceback and status 1). Children that exec or end by themselves
+(subprocess, multiprocessing) never get here.
 """
 
 import os
@@ -27,11 +27,19 @@ def leave_if_forked(exc: BaseException | None = None) -> None:
     raising `exc` or returning)."""
     if _owner is None or os.getpid() == _owner:
         return
-    if exc is not None:
+    status = 0
+    if isinstance(exc, SystemExit):  # as Python ends on one: its code, or its text and 1
+        if isinstance(exc.code, int):
+            status = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    elif exc is not None:
         traceback.print_exception(exc)
+        status = 1
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:
             pass
-    os._exit(1 if exc is not None else 0)
+    os._exit(status)

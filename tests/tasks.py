@@ -195,29 +195,32 @@ def exits_hard(key):
     os._exit(3)
 
 
-def _fork_and_wait(key, child_raises):
-    """Forks; the child leaves the task by returning or raising (not os._exit), as a careless
-    task's child would; the parent waits for it."""
+def _fork_and_wait(key, child):
+    """Forks; the child leaves the task by returning, raising or raising SystemExit(5) (not
+    os._exit), as a careless task's child would; the parent waits for it and returns its
+    exit status."""
     pid = os.fork()
     if pid == 0:
         _event(f"child:{key}")
-        if child_raises:
+        if child == "raises":
             raise RuntimeError("the child's error")
+        if child == "exits":
+            raise SystemExit(5)
         return "the child's value"
-    os.waitpid(pid, 0)
-    return "the parent's value"
+    _, status = os.waitpid(pid, 0)
+    return ["the parent's value", os.waitstatus_to_exitcode(status)]
 
 
 @task(backoff=NO_WAIT, max_attempts=1)
-def forks(key, child_raises=False):
+def forks(key, child="returns"):
     _event(f"start:{key}")
-    return _fork_and_wait(key, child_raises)
+    return _fork_and_wait(key, child)
 
 
 @task(backoff=NO_WAIT, max_attempts=1)
-async def forks_in_a_coroutine(key, child_raises=False):
+async def forks_in_a_coroutine(key, child="returns"):
     _event(f"start:{key}")
-    return _fork_and_wait(key, child_raises)
+    return _fork_and_wait(key, child)
 
 
 def square(x):

@@ -82,14 +82,16 @@ def test_a_crash_storm_never_takes_the_worker_down_nor_runs_a_finished_job_again
 def test_a_task_whose_forked_child_returns_or_raises_leaves_the_executor_to_its_parent(
     run_worker, subprocess_env, task
 ):
-    forking = [task.enqueue("returns").id, task.enqueue("raises", child_raises=True).id]
+    ends = {"returns": 0, "raises": 1, "exits": 5}  # the child's exit status, as Python's
+    forking = [task.enqueue(child, child=child).id for child in ends]
     after = tasks.ledger_span.enqueue_many([((f"after-{i}", 0), {}) for i in range(20)])
     crash = tasks.exits_hard.enqueue("crash").id
     burst(run_worker, "--concurrency", "1")
     for job in Job.objects.filter(id__in=forking):
-        assert (job.state, job.return_value) == (JobState.SUCCEEDED, "the parent's value")
+        assert job.state == JobState.SUCCEEDED, job.error_message
+        assert job.return_value == ["the parent's value", ends[job.args[0]]]
     children = Counter(e.key for e in read_events(subprocess_env) if e.kind == "child")
-    assert children == {"returns": 1, "raises": 1}  # each child did run
+    assert children == dict.fromkeys(ends, 1)  # each child did run
     assert all(j.state == JobState.SUCCEEDED for j in Job.objects.filter(id__in=after))
     # A crash after them is still seen as one: no forked copy answers for the executor.
     assert Job.objects.get(id=crash).error_type == "ExecutorCrashed"
