@@ -65,8 +65,10 @@ def run(
     Batches walk the ids in order, so jobs that the action moves out of the filter are neither
     missed nor seen twice. A batch takes with it the jobs the filter matches that run after one
     of its jobs or before it, at any depth (a workflow's nodes, a chain of continuations): a
-    chain is discarded from its end and retried from its start, which batches of ids in their
-    order would cut anywhere. The audit entry is written at the end, or with the totals of the
+    chain is retried from its start and discarded from its end, which batches of ids in their
+    order would cut anywhere. Such a group larger than a batch goes in batches in that order,
+    each committed, so an interrupted run keeps what it did and a second run goes on from
+    there. The audit entry is written at the end, or with the totals of the
     batches done and "stopped before the end" when the caller stops early (a closed progress
     page) or a batch fails.
     """
@@ -90,9 +92,10 @@ def run(
             # Jobs before this batch were matched by an earlier one, or did not match.
             group = _with_linked(chunk, further, taken)
             taken.update(job_id for job_id in group if job_id > last)
-            applied += act(group)
-            matched += len(group)
-            yield BulkResult(matched=matched, applied=applied)
+            for part in _parts(group, action, batch):
+                applied += act(part)
+                matched += len(part)
+                yield BulkResult(matched=matched, applied=applied)
         complete = True
     finally:
         outcome = f"{applied:,} of {matched:,} matching jobs changed"
@@ -137,6 +140,43 @@ def _with_linked(chunk: list, jobs, taken: set) -> list:
             frontier += jobs.filter(id__in=part).values_list("id", flat=True)
         group.update(frontier)
     return sorted(group)
+
+
+def _parts(group: list, action: str, batch: int) -> list[list]:
+    """`group` in batches of at most `batch`, each after the batches holding the jobs its jobs
+    run after (retry, cancel), or before them (discard)."""
+    if len(group) <= batch:
+        return [group]
+    ordered = _upstream_first(group)
+    if action == "discard":
+        ordered.reverse()
+    return [ordered[start : start + batch] for start in range(0, len(ordered), batch)]
+
+
+def _upstream_first(group: list) -> list:
+    """The ids of `group`, each after every one of the group it runs after (layer by layer, in
+    id order within a layer)."""
+    members = set(group)
+    after: dict = {}
+    waits = dict.fromkeys(group, 0)
+    for start in range(0, len(group), LOOKUP):
+        edges = Dependency.objects.filter(upstream_id__in=group[start : start + LOOKUP])
+        for upstream, downstream in edges.values_list("upstream_id", "downstream_id"):
+            if downstream in members:
+                after.setdefault(upstream, []).append(downstream)
+                waits[downstream] += 1
+    ordered: list = []
+    layer = sorted(job_id for job_id, n in waits.items() if n == 0)
+    while layer:
+        ordered += layer
+        below = []
+        for job_id in layer:
+            for downstream in after.get(job_id, ()):
+                waits[downstream] -= 1
+                if waits[downstream] == 0:
+                    below.append(downstream)
+        layer = sorted(below)
+    return ordered + sorted(members - set(ordered))  # none: graphs have no cycles
 
 
 def _check(action: str) -> str:

@@ -185,6 +185,28 @@ def test_bulk_retry_of_a_workflow_over_many_batches_puts_every_node_back(shape):
     assert {states[job_id] for job_id in ids[1:]} == {JobState.SCHEDULED}
 
 
+@pytest.mark.parametrize("action", ["retry", "discard"])
+def test_a_workflow_larger_than_a_batch_goes_batch_by_batch_from_the_right_end(action):
+    ids = cancelled_workflow("chain")
+    run = bulk.run(action, Job.objects.filter(state=JobState.CANCELLED), batch=3)
+    assert next(run) == bulk.BulkResult(matched=3, applied=3)
+    run.close()  # the page was closed: the batch done stays done
+    states = dict(Job.objects.values_list("id", "state"))
+    if action == "retry":  # from the start of the chain
+        assert [states[job_id] for job_id in ids[:4]] == [
+            JobState.PENDING,
+            JobState.SCHEDULED,
+            JobState.SCHEDULED,
+            JobState.CANCELLED,
+        ]
+    else:  # from its end
+        assert set(states) == set(ids[:7])
+    assert "stopped before the end" in AuditEntry.objects.get(action=f"bulk {action}").outcome
+    # A second run goes on from there.
+    result = bulk.apply(action, Job.objects.filter(state=JobState.CANCELLED), batch=3)
+    assert (result.matched, result.applied) == (7, 7)
+
+
 def test_a_bulk_action_counts_each_job_once_when_a_batch_takes_later_ones_with_it():
     ids = cancelled_workflow("chain")
     alone = [make_job(JobState.CANCELLED) for _ in range(5)]
