@@ -8,7 +8,7 @@ from jobs.limit_usage import usage
 
 from .api import json_body, refuse_parameters
 from .auth import api_view
-from .limit_rows import limit_json, limit_row
+from .limit_rows import limit_json, limit_row, taken_first_warning
 from .serializers import error
 
 SOURCE = "api"
@@ -49,4 +49,7 @@ def limit_detail(request, name):
         return HttpResponse(status=204)  # the override was the whole limit: none is left
     if row is None:
         return error(404, "no such limit: it is neither in LIMITS nor overridden")
-    return JsonResponse(limit_json(row))
+    answer = limit_json(row)
+    if request.method == "POST" and (warning := taken_first_warning(name)):
+        answer["warning"] = warning
+    return JsonResponse(answer)

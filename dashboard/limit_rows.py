@@ -1,5 +1,6 @@
 """The limits as the console and the API show them (jobs.limit_usage), one shape for both."""
 
+from jobs import limits
 from jobs.limit_usage import LimitUsage, usage
 
 
@@ -31,3 +32,16 @@ def limit_json(row: LimitUsage) -> dict:
 
 def limit_row(name: str) -> LimitUsage | None:
     return next((row for row in usage() if row.spec.name == name), None)
+
+
+def taken_first_warning(name: str) -> str | None:
+    """What to tell an operator who set the `key:` limit `name` when an earlier key limit
+    takes its keys first (the first matching glob applies), so that it would not apply."""
+    first = limits.in_force().taken_first_by(name)
+    if first is None:
+        return None
+    return (
+        f"{name} may never apply: {first.name} comes first and matches the keys it names (the "
+        f"first key limit whose glob matches a job's key applies, those of LIMITS in their "
+        f"order, then overrides). Set {first.name} instead, or add {name} to LIMITS before it."
+    )

@@ -10,6 +10,7 @@ from jobs.limit_usage import usage
 
 from .access import operator_required
 from .forms import LimitForm
+from .limit_rows import taken_first_warning
 from .pages import console_page, render_page
 from .permissions import can_operate
 
@@ -45,6 +46,8 @@ def set_limit(request):
         form.add_error(None, str(e))
         return _page(request, form, status=400)
     messages.success(request, f"{name}: limit set for every worker")
+    if warning := taken_first_warning(name):
+        messages.warning(request, warning)
     return redirect("dashboard:limits")
 
 

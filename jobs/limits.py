@@ -132,6 +132,17 @@ class Limits:
             default=0.0,
         )
 
+    def taken_first_by(self, name: str) -> LimitSpec | None:
+        """The `key:` limit that comes before the `key:` limit `name` and matches its glob
+        as a key (`key:tenant-*` before `key:tenant-vip*`): the keys `name` is meant for go to
+        that one, the first matching glob. None when there is none (or `name` is no key
+        limit)."""
+        spec = self.specs.get(name)
+        if spec is None or spec.kind != "key" or spec not in self.keys:
+            return None
+        earlier = self.keys[: self.keys.index(spec)]
+        return next((s for s in earlier if s.matches_key(spec.target)), None)
+
     def key_spec(self, key: str | None) -> LimitSpec | None:
         """The first `key:` limit whose glob matches `key`."""
         if key is None or not self.keys:

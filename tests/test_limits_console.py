@@ -141,6 +141,35 @@ def test_a_new_limit_can_be_set_at_runtime_and_clearing_it_removes_it(client, op
     assert response.status_code == 404
 
 
+def test_a_key_limit_an_earlier_glob_takes_the_keys_of_is_set_with_a_warning(
+    client, operator_token
+):
+    def set_limit(name):
+        return client.post(
+            f"/api/v1/limits/{name}",
+            json.dumps({"concurrency": 1}),
+            content_type="application/json",
+            headers=operator_token,
+        )
+
+    # key:tenant-* (LIMITS) comes first and matches every key key:tenant-vip* does.
+    shadowed = set_limit("key:tenant-vip*")
+    assert shadowed.status_code == 200
+    assert shadowed.json()["warning"].startswith(
+        "key:tenant-vip* may never apply: key:tenant-* comes first"
+    )
+    assert "warning" not in set_limit("key:partner-*").json()
+    assert "warning" not in set_limit("key:tenant-*").json()  # the first itself
+
+
+def test_the_form_warns_of_a_key_limit_an_earlier_glob_takes_the_keys_of(client, operator):
+    client.force_login(operator)
+    form = {"name": "key:tenant-vip*", "concurrency": "1", "rate_count": "", "rate_seconds": ""}
+    page = client.post("/limits/set/", form, follow=True).content.decode()
+    assert "key:tenant-vip*: limit set for every worker" in page
+    assert "key:tenant-vip* may never apply: key:tenant-* comes first" in page
+
+
 def test_the_api_refuses_a_post_that_names_neither_concurrency_nor_rate(client, operator_token):
     for body in ["", "{}"]:
         response = client.post(
