@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.db.models import Case, Count, QuerySet, When
 from django.db.models.functions import TruncMinute
 
 from jobs import listing
@@ -232,12 +232,31 @@ class Lineage:
     reruns: list
     parent: Job | None
     continuations: list
+    # A workflow node's own edges (a continuation's parent is `parent`): the unfinished and
+    # unsuccessful first, so the one that cancelled a node is always in view.
+    after: list
+    before: list
 
     def __bool__(self):
-        return bool(self.rerun_of or self.reruns or self.parent or self.continuations)
+        return bool(
+            self.rerun_of
+            or self.reruns
+            or self.parent
+            or self.continuations
+            or self.after
+            or self.before
+        )
 
 
-LINEAGE_COLUMNS = ("id", "task_path", "state", "enqueued_at", "finished_at", "rerun_of_id")
+LINEAGE_COLUMNS = (
+    "id",
+    "task_path",
+    "node_name",
+    "state",
+    "enqueued_at",
+    "finished_at",
+    "rerun_of_id",
+)
 
 
 def job_lineage(job: Job) -> Lineage:
@@ -250,9 +269,21 @@ def job_lineage(job: Job) -> Lineage:
         ancestors.append(ancestor)
         ancestor_id = ancestor.rerun_of_id
     related = Job.objects.only(*LINEAGE_COLUMNS).order_by("-enqueued_at", "-id")
+    after = before = []
+    if job.workflow_id is not None:
+        succeeded_last = Case(When(state=JobState.SUCCEEDED, then=1), default=0)
+        nodes = Job.objects.only(*LINEAGE_COLUMNS).order_by(succeeded_last, "node_name", "id")
+        after = list(
+            nodes.filter(downstream_edges__downstream=job).exclude(id=job.parent_id)[:LINEAGE_DEPTH]
+        )
+        before = list(
+            nodes.filter(upstream_edges__upstream=job, parent__isnull=True)[:LINEAGE_DEPTH]
+        )
     return Lineage(
         rerun_of=ancestors,
         reruns=list(related.filter(rerun_of=job)[:LINEAGE_DEPTH]),
         parent=related.filter(id=job.parent_id).first() if job.parent_id else None,
         continuations=list(related.filter(parent=job)[:LINEAGE_DEPTH]),
+        after=after,
+        before=before,
     )

@@ -223,7 +223,10 @@ def test_a_continuation_of_a_dead_parent_says_why_and_is_re_armed_when_the_paren
     parent = make_job(JobState.DEAD_LETTER)
     child = tasks.add.using(after=parent.id).enqueue(2, 2)
     job = Job.objects.get(id=child.id)
-    assert (job.error_type, job.error_message) == ("ParentFailed", "its parent job did not succeed")
+    assert (job.error_type, job.error_message) == (
+        "ParentFailed",
+        "a job it runs after did not succeed",
+    )
     assert [(a.action, a.source) for a in job.audit_entries.all()] == [("cancel", "workflow")]
     assert actions.retry(parent.id)
     job.refresh_from_db()

@@ -367,7 +367,7 @@ def test_finish_dead_letters_and_cancels_the_continuations(engine):
             "",
             continuation.task_path,
         )
-        assert entry.outcome == "job cancelled: its parent job did not succeed"
+        assert entry.outcome == "job cancelled: a job it runs after did not succeed"
         assert abs((entry.at - timezone.now()).total_seconds()) < 60
     assert counters_but_enqueued() == {
         "jobs_failed": 1,

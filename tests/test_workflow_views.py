@@ -6,8 +6,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from jobs import db
 from jobs.models import AuditEntry, Job
-from jobs.states import JobState
+from jobs.states import AttemptOutcome, DeadLetterReason, JobState
 from jobs.workflows import Workflow
 from tests import tasks
 
@@ -91,6 +92,38 @@ def test_the_job_page_links_its_workflow(client, viewer):
     html = client.get(reverse("dashboard:job", args=[job.id])).content.decode()
     assert reverse("dashboard:workflow", args=[workflow_id]) in html
     assert "waiting for 2 upstream jobs" in html
+
+
+def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(client, viewer):
+    workflow_id = diamond()
+    fetch = Job.objects.get(workflow_id=workflow_id, node_name="fetch")
+    claimed = db.claim_one(fetch.id, worker_id="w-test", lease_seconds=60)
+    db.finish(
+        [
+            db.Finish(
+                job_id=claimed.id,
+                lease_id=claimed.lease_id,
+                state=JobState.DEAD_LETTER,
+                outcome=AttemptOutcome.FAILED,
+                worker_id="w-test",
+                reason=DeadLetterReason.EXHAUSTED,
+                error_type="ValueError",
+                started_at=timezone.now(),
+            )
+        ]
+    )
+    parse = Job.objects.get(workflow_id=workflow_id, node_name="parse")
+    assert parse.state == JobState.CANCELLED
+    assert parse.error_message == "a job it runs after did not succeed"
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:job", args=[parse.id])).content.decode()
+    after = re.search(r"<dt>Runs after</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    assert reverse("dashboard:job", args=[fetch.id]) in after and "fetch · " in after
+    assert "Dead letter" in after
+    before = re.search(r"<dt>Runs before</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    report = Job.objects.get(workflow_id=workflow_id, node_name="report")
+    assert reverse("dashboard:job", args=[report.id]) in before
+    assert reverse("dashboard:job", args=[fetch.id]) not in before
 
 
 def test_cancel_workflow_and_retry_failed_nodes_from_the_page(client, operator):

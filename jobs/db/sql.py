@@ -22,7 +22,7 @@ DEPENDENCY = "jobs_dependency"
 BATCH_CALLBACKS = ("batch.on_success", "batch.on_finish")
 # Why a job waiting for others was cancelled: one of them ended unsuccessfully.
 UPSTREAM_FAILED = "ParentFailed"
-UPSTREAM_FAILED_MESSAGE = "its parent job did not succeed"
+UPSTREAM_FAILED_MESSAGE = "a job it runs after did not succeed"
 # Where the engine audits what it did on its own (jobs.models.AuditEntry): the nodes a failed
 # upstream job cancelled.
 AUDIT = "jobs_auditentry"
