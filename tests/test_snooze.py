@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from jobs import actions, db
@@ -85,6 +86,17 @@ def test_past_max_snoozes_the_job_is_dead_lettered_as_snoozed_too_often():
     )
     assert job.snoozes == 2
     assert Attempt.objects.filter(job=job, outcome="snoozed").count() == 3
+
+
+def test_the_job_page_counts_the_snoozes_beside_the_attempts(client, viewer):
+    job = make_job()
+    with with_limits({}, MAX_SNOOZES=2):
+        for _ in range(3):
+            Job.objects.filter(id=job.id).update(run_after=timezone.now() - timedelta(minutes=1))
+            run_once(job, delay=0)
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:job", args=[job.id])).content.decode()
+    assert "snoozed 2 times, which uses no attempt" in html
 
 
 def test_a_job_retried_after_snoozing_too_often_may_snooze_as_often_again():
