@@ -2,7 +2,6 @@
 `jobs.queues`), reports its message and goes back where it came from. Under HTMX the redirect is
 followed by the same request, which then gets the fragment."""
 
-from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -14,6 +13,7 @@ from jobs import actions, queues
 from jobs.models import Job
 
 from . import buttons as action_buttons
+from . import flash
 from .access import operator_required
 from .errors import error_page
 from .forms import EditRerunForm
@@ -36,7 +36,7 @@ def _retry_report(request, result, job_id):
             result.job.task_path.rpartition(".")[2],
             str(job_id)[:8],
         )
-        messages.success(request, text, extra_tags=f"retried-{job_id}")
+        flash.success(request, text, extra_tags=f"retried-{job_id}")
         return _back(request, job_id)
     return _report(request, result, job_id)
 
@@ -94,7 +94,7 @@ def rerun(request, job_id):
     else:
         result = actions.rerun_job(job_id, user=request.user, source=SOURCE, request_key=key)
     if not result.changed and result.new_job is not None:
-        messages.warning(request, _already_rerun(result.new_job.id))
+        flash.warning(request, _already_rerun(result.new_job.id))
         return _back(request, job_id)
     return _report(request, result, job_id)
 
@@ -109,7 +109,7 @@ def discard(request, job_id):
         return error_page(request, 404, f"No job has the id {job_id}.")
     if not result.changed:
         return _report(request, result, job_id)
-    messages.success(request, f"job {str(job_id)[:8]} discarded with its attempts")
+    flash.success(request, f"job {str(job_id)[:8]} discarded with its attempts")
     target = _next(request)
     if target is None or str(job_id) in target:
         # The job's own page is gone with it.
@@ -135,9 +135,9 @@ def _queue_action(request, name, act, done, unchanged):
     try:
         changed = act(name, user=request.user, source=SOURCE)
     except ValueError as exc:
-        messages.error(request, str(exc))
+        flash.error(request, str(exc))
     else:
-        (messages.success if changed else messages.info)(
+        (flash.success if changed else flash.info)(
             request, f"queue {name} {done if changed else unchanged}"
         )
     return redirect("dashboard:queues")
@@ -173,7 +173,7 @@ def _report(request, result, job_id):
         text = format_html('{}: <a href="{}">open that job</a>', result.message, url)
     else:
         text = result.message
-    (messages.success if result.changed else messages.warning)(request, text)
+    (flash.success if result.changed else flash.warning)(request, text)
     return _back(request, job_id)
 
 

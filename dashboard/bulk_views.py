@@ -4,7 +4,6 @@ or the dead letters ticked on a page, each asked first."""
 from collections import Counter
 from urllib.parse import urlencode
 
-from django.contrib import messages
 from django.http import StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -15,7 +14,7 @@ from django.views.decorators.http import require_POST
 from jobs import actions, bulk
 from jobs.states import JobState
 
-from . import queries
+from . import flash, queries
 from .access import operator_required
 from .action_views import SOURCE
 from .forms import BULK_CAP, BulkActionForm, BulkRetryForm, DeadLetterFilterForm
@@ -95,7 +94,7 @@ def bulk_retry(request):
         ids = form.cleaned_data["ids"]
     back = reverse("dashboard:dead_letters") + _query(filters.filters)
     if not ids:
-        messages.info(request, "Nothing to retry: tick the rows to retry first.")
+        flash.info(request, "Nothing to retry: tick the rows to retry first.")
         return redirect(back)
     if not form.cleaned_data["confirm"]:
         context = {
@@ -106,7 +105,7 @@ def bulk_retry(request):
         }
         return render(request, "dashboard/bulk_retry.html", context)
     results = [actions.retry_job(job_id, user=request.user, source=SOURCE) for job_id in ids]
-    messages.success(request, _bulk_summary(results))
+    flash.success(request, _bulk_summary(results))
     return redirect(back)
 
 

@@ -1,6 +1,5 @@
 """The console's limits page: every limit with what it uses, and its edit form."""
 
-from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
@@ -8,6 +7,7 @@ from jobs import limits
 from jobs.limit_spec import LimitError
 from jobs.limit_usage import usage
 
+from . import flash
 from .access import operator_required
 from .forms import LimitForm
 from .limit_rows import taken_first_warning
@@ -45,9 +45,9 @@ def set_limit(request):
     except LimitError as e:
         form.add_error(None, str(e))
         return _page(request, form, status=400)
-    messages.success(request, f"{name}: limit set for every worker")
+    flash.success(request, f"{name}: limit set for every worker")
     if warning := taken_first_warning(name):
-        messages.warning(request, warning)
+        flash.warning(request, warning)
     return redirect("dashboard:limits")
 
 
@@ -58,12 +58,12 @@ def clear_limit(request):
     try:
         cleared = limits.clear_limit(name, user=request.user, source=SOURCE)
     except LimitError as e:
-        messages.warning(request, str(e))
+        flash.warning(request, str(e))
         return redirect("dashboard:limits")
     if cleared and name in limits.declared():
-        messages.success(request, f"{name}: override cleared; the setting applies again")
+        flash.success(request, f"{name}: override cleared; the setting applies again")
     elif cleared:
-        messages.success(request, f"{name}: override cleared; no such limit is set any more")
+        flash.success(request, f"{name}: override cleared; no such limit is set any more")
     else:
-        messages.warning(request, f"{name}: had no override")
+        flash.warning(request, f"{name}: had no override")
     return redirect("dashboard:limits")

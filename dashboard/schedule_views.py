@@ -1,6 +1,5 @@
 """The console's schedules page and its Pause / Resume / Run now actions."""
 
-from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -9,6 +8,7 @@ from django.views.decorators.http import require_POST
 
 from jobs import schedules
 
+from . import flash
 from .access import operator_required
 from .pages import console_page, render_page
 from .permissions import can_operate
@@ -58,5 +58,5 @@ def _act(request, action, name):
         text = format_html('{}: {}: <a href="{}">open the job</a>', name, result.message, url)
     else:
         text = f"{name}: {result.message}"
-    (messages.success if result.changed else messages.warning)(request, text)
+    (flash.success if result.changed else flash.warning)(request, text)
     return redirect("dashboard:schedules")

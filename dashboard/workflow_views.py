@@ -1,13 +1,13 @@
 """The console's workflow pages: the list of workflows and batches, one workflow's graph, and
 its Cancel workflow / Retry failed nodes actions."""
 
-from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from jobs import workflows
 from jobs.models import Workflow
 
+from . import flash
 from .access import operator_required
 from .errors import error_page
 from .forms import ListFilterForm
@@ -114,7 +114,7 @@ def _act(request, workflow_id, action, *, done: str, none: str):
     or that it changed none, and go back to the workflow's page."""
     n = action(workflow_id, user=request.user, source=SOURCE)
     if n:
-        messages.success(request, done.format(n=n))
+        flash.success(request, done.format(n=n))
     else:
-        messages.warning(request, none)
+        flash.warning(request, none)
     return redirect("dashboard:workflow", workflow_id=workflow_id)

@@ -5,6 +5,7 @@ import re
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils import timezone
 
 from jobs import queues
 from jobs.models import AuditEntry, Job
@@ -113,6 +114,35 @@ def test_pause_and_resume_from_the_console(operator_client):
     operator_client.post(reverse("dashboard:queue_resume", args=["emails"]))
     assert not queues.is_paused("emails")
     assert AuditEntry.objects.filter(subject="emails", source="dashboard").count() == 2
+
+
+def test_without_the_messages_framework_actions_work_and_answer_without_an_error(
+    operator_client, settings
+):
+    settings.MIDDLEWARE = [
+        m
+        for m in settings.MIDDLEWARE
+        if m != "django.contrib.messages.middleware.MessageMiddleware"
+    ]
+    settings.TEMPLATES = [
+        {
+            **engine,
+            "OPTIONS": {
+                **engine["OPTIONS"],
+                "context_processors": [
+                    p for p in engine["OPTIONS"]["context_processors"] if "messages" not in p
+                ],
+            },
+        }
+        for engine in settings.TEMPLATES
+    ]
+    paused = operator_client.post(reverse("dashboard:queue_pause", args=["emails"]), follow=True)
+    assert paused.status_code == 200 and queues.is_paused("emails")
+    job = make_job(JobState.DEAD_LETTER, finished_at=timezone.now(), attempt=3)
+    retried = operator_client.post(reverse("dashboard:retry", args=[job.id]), follow=True)
+    assert retried.status_code == 200
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
 
 
 def test_a_queue_name_with_a_slash_can_be_paused(operator_client):
