@@ -1,9 +1,11 @@
 """Who gets into the console: view decorators over the rules in `permissions`."""
 
 from functools import wraps
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.shortcuts import render
+from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
 
@@ -24,10 +26,23 @@ def staff_required(view):
         if request.user.is_authenticated:
             # The login page sends a signed-in user straight on to `next`: pointing it back here
             # would loop, so a signed-in user without access lands on a page that says so.
-            return redirect_to_login(reverse("dashboard:no_access"))
-        return redirect_to_login(request.get_full_path())
+            return _to_login(request, reverse("dashboard:no_access"))
+        return _to_login(request, request.get_full_path())
 
     return wrapper
+
+
+def _to_login(request, path):
+    """The project's login page, told to come back to `path`: as a full URL when the login
+    page is on another host or scheme (a single sign-on service), as Django's own
+    `login_required` does, else as a path."""
+    login_url = resolve_url(settings.LOGIN_URL)
+    login_scheme, login_host = urlsplit(login_url)[:2]
+    if (login_scheme and login_scheme != request.scheme) or (
+        login_host and login_host != request.get_host()
+    ):
+        path = request.build_absolute_uri(path)
+    return redirect_to_login(path, login_url)
 
 
 def operator_required(view):

@@ -91,6 +91,16 @@ def test_anonymous_visitor_is_sent_to_login_from_every_page(client, dead_letter,
 
 
 @pytest.mark.django_db
+def test_a_login_page_on_another_host_is_told_the_whole_address_to_come_back_to(client, settings):
+    settings.LOGIN_URL = "https://sso.example.com/login"
+    response = client.get("/jobs/?state=dead_letter")
+    assert response.status_code == 302
+    location = response["Location"]
+    assert location.startswith("https://sso.example.com/login?next=")
+    assert "next=http%3A//testserver/jobs/%3Fstate%3Ddead_letter" in location
+
+
+@pytest.mark.django_db
 def test_non_staff_user_is_sent_to_login_and_then_told_without_a_redirect_loop(
     client, django_user_model
 ):
