@@ -273,9 +273,10 @@ def job_lineage(job: Job) -> Lineage:
     if job.workflow_id is not None:
         succeeded_last = Case(When(state=JobState.SUCCEEDED, then=1), default=0)
         nodes = Job.objects.only(*LINEAGE_COLUMNS).order_by(succeeded_last, "node_name", "id")
-        after = list(
-            nodes.filter(downstream_edges__downstream=job).exclude(id=job.parent_id)[:LINEAGE_DEPTH]
-        )
+        upstream = nodes.filter(downstream_edges__downstream=job)
+        if job.parent_id is not None:
+            upstream = upstream.exclude(id=job.parent_id)
+        after = list(upstream[:LINEAGE_DEPTH])
         before = list(
             nodes.filter(upstream_edges__upstream=job, parent__isnull=True)[:LINEAGE_DEPTH]
         )

@@ -9,7 +9,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import db, moments, payload, retry, tracing
+from . import backend_options, db, moments, payload, retry, tracing
+from .backend_options import DEFAULT_ASYNC_CONCURRENCY  # noqa: F401 (re-exported)
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -26,9 +27,6 @@ from .names import check_queue_name
 from .states import JobState
 from .tasks import ON_CRASH_CHOICES, JobContext, JobTask, load_task  # noqa: F401 (re-exported)
 from .text import holds_as_is
-from .timing import Timing
-
-DEFAULT_ASYNC_CONCURRENCY = 10
 
 
 def check_key(field: str, key, error=ValueError) -> str:
@@ -76,18 +74,23 @@ class JobsBackend(BaseTaskBackend):
         super().__init__(alias, params)
         if "QUEUES" in params and not params["QUEUES"]:
             self.queues = set()  # [] means any queue name is allowed
-        options = self.options
-        self.default_max_attempts = options.get("MAX_ATTEMPTS")
-        self.default_backoff = retry.policy_from_setting(options.get("BACKOFF"))
-        self.timing = Timing.from_options(options)
+        read = backend_options.read(self.options)
+        if not isinstance(self.options, dict):
+            self.options = {}
+        # Reported by `manage.py check` (jobs.E005, W002) and refused by the worker.
+        self.option_problems = read.problems
+        self.unknown_options = read.unknown
+        self.default_max_attempts = self.options.get("MAX_ATTEMPTS")
+        self.default_backoff = read.backoff
+        self.timing = read.timing
         self.heartbeat_seconds = self.timing.heartbeat_seconds
         self.lease_seconds = self.timing.lease_seconds
         self.cancel_grace_seconds = self.timing.cancel_grace_seconds
         # Run each job inline at enqueue (for users' own test suites), through the same
         # retry logic, without waiting out the backoff.
-        self.eager = bool(options.get("EAGER", False))
+        self.eager = read.eager
         # Coroutines of async def tasks each executor runs at once (worker --async-concurrency).
-        self.async_concurrency = options.get("ASYNC_CONCURRENCY", DEFAULT_ASYNC_CONCURRENCY)
+        self.async_concurrency = read.async_concurrency
 
     # --- validation -------------------------------------------------------------------------
 

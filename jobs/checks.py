@@ -1,7 +1,9 @@
 """Django system checks of the jobs app: `manage.py check` reports bad SCHEDULES, LIMITS,
-MAX_SNOOZES, timing (HEARTBEAT_SECONDS, LEASE_SECONDS, CANCEL_GRACE_SECONDS) and
-SENTRY_CAPTURE options, and SQLite settings under which a worker and enqueuers would fail with
-"database is locked"."""
+MAX_SNOOZES, timing (HEARTBEAT_SECONDS, LEASE_SECONDS, CANCEL_GRACE_SECONDS), BACKOFF, EAGER,
+ASYNC_CONCURRENCY and SENTRY_CAPTURE options, unknown options, and database settings the
+engine cannot work under: SQLite settings under which a worker and enqueuers would fail with
+"database is locked", USE_TZ off, a SQLite database in a time zone other than UTC, and job
+tables routed away from the default database."""
 
 from django.core import checks
 
@@ -53,6 +55,38 @@ def check_timing(app_configs=None, **kwargs):
 
 
 @checks.register(checks.Tags.compatibility)
+def check_plain_options(app_configs=None, **kwargs):
+    from .backend import JobsBackend
+    from .backend_options import KNOWN
+    from .compat import task_backends
+
+    found = []
+    for backend in task_backends.all():
+        if not isinstance(backend, JobsBackend):
+            continue
+        where = f"TASKS[{backend.alias!r}]['OPTIONS']"
+        found += [
+            checks.Error(
+                problem,
+                hint='See the options in the README\'s "Defining and enqueuing tasks".',
+                obj=where,
+                id="jobs.E005",
+            )
+            for problem in backend.option_problems
+        ]
+        found += [
+            checks.Warning(
+                f"{where} has an option {key!r} that jobsite does not know: it is ignored.",
+                hint=f"Known options: {', '.join(sorted(KNOWN))}.",
+                obj=where,
+                id="jobs.W002",
+            )
+            for key in backend.unknown_options
+        ]
+    return found
+
+
+@checks.register(checks.Tags.compatibility)
 def check_sentry_capture(app_configs=None, **kwargs):
     from . import sentry
 
@@ -75,6 +109,66 @@ def _option_errors(option: str, problems_of, error_id: str) -> list:
         if isinstance(backend, JobsBackend)
         for problem in problems_of(backend)
     ]
+
+
+@checks.register(checks.Tags.compatibility)
+def check_database_settings(app_configs=None, **kwargs):
+    from django.conf import settings
+
+    return [
+        checks.Error(problem, hint=hint, obj=obj, id=error_id)
+        for problem, hint, obj, error_id in database_problems(settings)
+    ]
+
+
+def database_problems(settings, job_alias: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(problem, hint, object, check id) for each setting the engine cannot work under: time
+    zones other than its own (its statements write and compare aware UTC moments: leases,
+    retries, schedules), and job tables routed away from the default database (its statements
+    go to Django's default connection). `job_alias`: where the routers send jobs (asked when
+    None)."""
+    from django.db import DEFAULT_DB_ALIAS, router
+
+    from .models import Job
+
+    found = []
+    job_alias = job_alias or router.db_for_write(Job)
+    if job_alias != DEFAULT_DB_ALIAS:
+        found.append(
+            (
+                f"DATABASE_ROUTERS send the jobs app to the database {job_alias!r}: jobsite's "
+                f"tables must be on the {DEFAULT_DB_ALIAS!r} database, which its engine uses.",
+                "Route the jobs and dashboard apps to the default database (return None for "
+                "them from the router).",
+                "settings.DATABASE_ROUTERS",
+                "jobs.E009",
+            )
+        )
+    if not settings.USE_TZ:
+        found.append(
+            (
+                "jobsite needs USE_TZ = True (Django's default): leases, retries and schedules "
+                "are aware moments in UTC, and naive local times cannot be compared with them.",
+                "Set USE_TZ = True. Django's time zone documentation says how a project moves "
+                "its own naive datetimes.",
+                "settings.USE_TZ",
+                "jobs.E007",
+            )
+        )
+    database = settings.DATABASES.get(DEFAULT_DB_ALIAS, {})
+    zone = database.get("TIME_ZONE")
+    if "sqlite" in database.get("ENGINE", "") and zone not in (None, "UTC"):
+        found.append(
+            (
+                f"DATABASES[{DEFAULT_DB_ALIAS!r}]['TIME_ZONE'] is {zone!r}: jobsite's statements "
+                "store times on SQLite in UTC, so times Django stores in that zone would be "
+                "hours off (a retried job would wait out the offset).",
+                f"Remove DATABASES[{DEFAULT_DB_ALIAS!r}]['TIME_ZONE'] or set it to 'UTC'.",
+                f"DATABASES[{DEFAULT_DB_ALIAS!r}]",
+                "jobs.E008",
+            )
+        )
+    return found
 
 
 @checks.register(checks.Tags.compatibility)

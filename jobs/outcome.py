@@ -99,10 +99,19 @@ def max_snoozes(backend_alias: str) -> int:
 
 
 def policy_of(claimed: Claimed, task):
-    """The backoff of this job: given per call (stored on the row), else the task's own."""
+    """The backoff of this job: given per call (stored on the row), else the task's own, else
+    the BACKOFF of the backend it was enqueued through (the alias stored on the row, as its
+    MAX_ATTEMPTS was), whichever alias the worker serves."""
     if claimed.backoff:
         return retry.policy_from_json(claimed.backoff)
-    return task.get_backend().backoff_for(task)
+    from .compat import task_backends
+
+    try:
+        return task_backends[claimed.backend].backoff_for(task)  # type: ignore[attr-defined]
+    except Exception:
+        # An alias no longer configured, or not a jobs backend: the task's own backend, never
+        # a finish stopped.
+        return task.get_backend().backoff_for(task)
 
 
 def task_result_for(claimed: Claimed, task, *, worker_id: str, error=None, status=None):

@@ -183,6 +183,11 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
     """Build the default policy from OPTIONS["BACKOFF"] (a dict with a "strategy" key)."""
     if not setting:
         return Exponential(base=15, multiplier=2, max=3600, jitter=3)
+    if not isinstance(setting, Mapping):
+        raise ValueError(
+            'BACKOFF must be a dict such as {"strategy": "exponential", "base": 15}, '
+            f"not {setting!r}"
+        )
     options = dict(setting)
     strategy = str(options.pop("strategy", "exponential")).lower()
     try:
@@ -193,7 +198,7 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
         ) from None
     try:
         return cls(**options)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"BACKOFF for strategy {strategy!r}: {exc}") from None
 
 

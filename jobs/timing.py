@@ -24,13 +24,22 @@ class Timing:
 
     @classmethod
     def from_options(cls, options: dict) -> "Timing":
-        """The timing a backend's OPTIONS give, the defaults where they say nothing."""
-        given = {
-            "heartbeat_seconds": options.get("HEARTBEAT_SECONDS"),
-            "lease_seconds": options.get("LEASE_SECONDS"),
-            "cancel_grace_seconds": options.get("CANCEL_GRACE_SECONDS"),
-        }
-        return cls(**{name: float(value) for name, value in given.items() if value is not None})
+        """The timing a backend's OPTIONS give, the defaults where they say nothing.
+
+        ValueError naming the option for a value that is not a number."""
+        values = {}
+        for name in ("heartbeat_seconds", "lease_seconds", "cancel_grace_seconds"):
+            option = name.upper()
+            value = options.get(option)
+            if value is None:
+                continue
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                values[name] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{option} must be a number of seconds, not {value!r}") from None
+        return cls(**values)
 
 
 DEFAULTS = Timing()

@@ -1,8 +1,10 @@
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import limit_spec, logformat, outcome, schedules, sentry
-from jobs.backend import DEFAULT_ASYNC_CONCURRENCY
+from jobs.backend_options import DEFAULT_ASYNC_CONCURRENCY, MAX_ASYNC_CONCURRENCY
+from jobs.checks import database_problems
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
@@ -12,7 +14,6 @@ from jobs.timing import DEFAULTS
 from jobs.worker import Worker, WorkerConfig
 
 positive_int = whole_number(1)
-MAX_ASYNC_CONCURRENCY = 10_000
 # Executor processes one worker runs at most: past this, more workers serve better.
 MAX_CONCURRENCY = 1_000
 
@@ -92,7 +93,9 @@ class Command(BaseCommand):
         except ValueError as e:
             raise CommandError(str(e)) from None
         problems = (
-            schedules.check(backend)
+            [problem for problem, *_ in database_problems(settings)]
+            + list(getattr(backend, "option_problems", ()))
+            + schedules.check(backend)
             + limit_spec.check(backend.options.get("LIMITS"))
             + outcome.max_snoozes_problems(backend)
         )
@@ -110,14 +113,6 @@ class Command(BaseCommand):
         async_concurrency = options["async_concurrency"]
         if async_concurrency is None:
             async_concurrency = getattr(backend, "async_concurrency", DEFAULT_ASYNC_CONCURRENCY)
-            if (
-                type(async_concurrency) is not int
-                or not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY
-            ):
-                raise CommandError(
-                    'OPTIONS["ASYNC_CONCURRENCY"] must be a whole number from 1 to '
-                    f"{MAX_ASYNC_CONCURRENCY}, got {async_concurrency!r}"
-                )
         try:
             config = WorkerConfig(
                 queues=options["queues"],

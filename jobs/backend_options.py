@@ -1,0 +1,84 @@
+"""A jobs backend's plain OPTIONS, read once: each bad value is a sentence, not an exception.
+
+`manage.py check` reports the sentences (jobs.E005) and the worker refuses to start on them;
+meanwhile every other process runs on the defaults, so a typo in settings never turns each page
+and each enqueue into a traceback. LIMITS, SCHEDULES, MAX_SNOOZES and SENTRY_CAPTURE have
+checks of their own (jobs.checks).
+"""
+
+from dataclasses import dataclass
+
+from . import retry
+from .timing import Timing
+
+DEFAULT_ASYNC_CONCURRENCY = 10
+MAX_ASYNC_CONCURRENCY = 10_000
+
+# Every key an OPTIONS dict may hold; any other is most likely a typo (jobs.W002).
+KNOWN = frozenset(
+    {
+        "ASYNC_CONCURRENCY",
+        "BACKOFF",
+        "CANCEL_GRACE_SECONDS",
+        "EAGER",
+        "HEARTBEAT_SECONDS",
+        "LEASE_SECONDS",
+        "LIMITS",
+        "LISTEN_DATABASE_URL",
+        "MAX_ATTEMPTS",
+        "MAX_SNOOZES",
+        "SCHEDULES",
+        "SCHEDULE_GRACE_SECONDS",
+        "SENTRY_CAPTURE",
+        "SENTRY_CRONS",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Options:
+    backoff: retry.Policy
+    timing: Timing
+    eager: bool
+    async_concurrency: int
+    # What is wrong, each in a sentence naming the option; the defaults stand in meanwhile.
+    problems: tuple[str, ...] = ()
+    # Keys no option has.
+    unknown: tuple[str, ...] = ()
+
+
+def read(options) -> Options:
+    problems: list[str] = []
+    if not isinstance(options, dict):
+        problems.append(f"OPTIONS must be a dict, not {type(options).__name__}")
+        options = {}
+    try:
+        backoff = retry.policy_from_setting(options.get("BACKOFF"))
+    except ValueError as e:
+        problems.append(str(e))
+        backoff = retry.policy_from_setting(None)
+    try:
+        timing = Timing.from_options(options)
+    except ValueError as e:
+        problems.append(str(e))
+        timing = Timing()
+    eager = options.get("EAGER", False)
+    if not isinstance(eager, bool):
+        # bool("0") is True: a string from the environment would run every job in the request.
+        problems.append(f"EAGER must be True or False, not {eager!r}")
+        eager = False
+    async_concurrency = options.get("ASYNC_CONCURRENCY", DEFAULT_ASYNC_CONCURRENCY)
+    if type(async_concurrency) is not int or not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY:
+        problems.append(
+            f"ASYNC_CONCURRENCY must be a whole number from 1 to {MAX_ASYNC_CONCURRENCY:,}, "
+            f"not {async_concurrency!r}"
+        )
+        async_concurrency = DEFAULT_ASYNC_CONCURRENCY
+    return Options(
+        backoff=backoff,
+        timing=timing,
+        eager=eager,
+        async_concurrency=async_concurrency,
+        problems=tuple(problems),
+        unknown=tuple(sorted(str(key) for key in options if key not in KNOWN)),
+    )
