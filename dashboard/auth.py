@@ -14,7 +14,7 @@ from typing import cast
 from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
@@ -74,10 +74,15 @@ def touch(token: ApiToken) -> None:
     cutoff = now - TOUCH_INTERVAL
     if token.last_used_at is not None and token.last_used_at >= cutoff:
         return
-    # Guarded, so concurrent requests of one token write once.
-    ApiToken.objects.filter(pk=token.pk).filter(
-        Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
-    ).update(last_used_at=now)
+    # Guarded, so concurrent requests of one token write once. Best effort: a database that
+    # cannot write (a full disk) still answers reads, a Prometheus scrape among them.
+    try:
+        with transaction.atomic():
+            ApiToken.objects.filter(pk=token.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lt=cutoff)
+            ).update(last_used_at=now)
+    except DatabaseError as exc:
+        logger.warning("token %s: last use not recorded: %s", token.pk, first_line(exc))
 
 
 class _CsrfCheck(CsrfViewMiddleware):
@@ -170,11 +175,14 @@ def database_unavailable(request, exc):
     server down, a lock held too long): worth trying again, unlike a 500. The error's text,
     which may name hosts, goes to the log only."""
     logger.warning("database unavailable for %s: %s", request.path, first_line(exc))
-    return error(
-        503,
-        "the database is unavailable right now; try again shortly",
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-    )
+    text = str(exc).lower()
+    if "disk is full" in text or "no space left" in text:
+        message = (
+            "the database cannot write: its disk is full (free space where it keeps its files)"
+        )
+    else:
+        message = "the database is unavailable right now; try again shortly"
+    return error(503, message, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def server_error(request, exc):

@@ -4,6 +4,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -506,6 +507,39 @@ def test_last_used_at_is_written_at_most_once_a_minute(client):
 
     assert unchanged == recent
     assert ApiToken.objects.get().last_used_at > recent
+
+
+def test_a_token_still_reads_when_its_last_use_cannot_be_written(client):
+    key = token_for(make_user("reader"))
+    make_job()
+    refuse_token_writes()
+
+    listed = client.get("/api/v1/jobs", headers=bearer(key))
+    scraped = client.get("/metrics", headers=bearer(key))
+
+    assert listed.status_code == 200 and len(listed.json()["results"]) == 1
+    assert scraped.status_code == 200 and "jobs_enqueued" in scraped.content.decode()
+    assert ApiToken.objects.get().last_used_at is None
+
+
+def refuse_token_writes():
+    """The database refuses every update of a token row, as a full disk refuses any write."""
+    table = ApiToken._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                f"CREATE TRIGGER refuse_token_writes BEFORE UPDATE ON {table} "
+                "BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END"
+            )
+        else:
+            cursor.execute(
+                "CREATE FUNCTION refuse_token_writes() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER refuse_token_writes BEFORE UPDATE ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_token_writes()"
+            )
 
 
 def test_run_now_makes_a_job_waiting_for_later_due(client, operator_headers):

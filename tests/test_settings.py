@@ -127,6 +127,19 @@ def test_check_deploy_is_clean_with_the_documented_production_environment(subpro
     assert "no issues" in proc.stdout
 
 
+@pytest.mark.parametrize("command", [["worker", "--burst"], ["enqueue", "tests.tasks.add", "1"]])
+def test_a_sqlite_file_that_cannot_be_opened_is_named_in_one_line(
+    subprocess_env, tmp_path, command
+):
+    missing = tmp_path / "no such folder" / "jobs.sqlite3"
+    proc = run(["manage.py", *command], {**subprocess_env, "DATABASE_URL": f"sqlite:///{missing}"})
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert line.startswith("CommandError: cannot reach the database: unable to open database file")
+    assert f"({missing}: its folder must exist" in line
+
+
 @pytest.mark.django_db
 def test_every_page_carries_the_security_headers(client):
     response = client.get("/login/")

@@ -89,6 +89,8 @@ def _register_sqlite_clock(sender, connection, **kwargs):
 
 # Milliseconds a statement waits for another process's write to end before "database is locked".
 BUSY_TIMEOUT_MS = 30_000
+# Bytes of write-ahead log kept on disk once it has been checkpointed and reset.
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 def _share_the_file(raw):
@@ -99,6 +101,11 @@ def _share_the_file(raw):
     (busy,) = raw.execute("PRAGMA busy_timeout").fetchone()
     if busy < BUSY_TIMEOUT_MS:
         raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    (limit,) = raw.execute("PRAGMA journal_size_limit").fetchone()
+    if limit < 0:
+        # A write-ahead log that grew under load (hundreds of MB through a long bulk action or
+        # a prune) is cut back to this size at its next reset instead of keeping its peak.
+        raw.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
     (mode,) = raw.execute("PRAGMA journal_mode").fetchone()
     if mode.lower() not in ("wal", "memory"):
         try:

@@ -10,12 +10,13 @@ from django.utils import timezone
 from dashboard.models import ApiToken
 from dashboard.permissions import can_operate, can_view
 from jobs.management.arguments import whole_number
+from jobs.management.database import ChecksExplained
 
 # Ten years: far enough for any rotation policy, near enough for every date to stay valid.
 MAX_DAYS = 3650
 
 
-class Command(BaseCommand):
+class Command(ChecksExplained, BaseCommand):
     help = (
         "Create an API token for USER and print it alone on the last line (it is shown once). "
         "--list shows tokens, --revoke PREFIX_OR_ID revokes one."

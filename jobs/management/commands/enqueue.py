@@ -14,7 +14,7 @@ from jobs.backend import JobTask, load_task
 from jobs.compat import InvalidTask
 from jobs.errors import DuplicateJob
 from jobs.management.arguments import whole_number
-from jobs.management.database import database_errors_explained
+from jobs.management.database import ChecksExplained, database_errors_explained
 from jobs.retry import MAX_ATTEMPTS, MIN_ATTEMPTS
 
 # Exit status for anything wrong with what was asked (as argparse uses for bad options).
@@ -79,7 +79,7 @@ attempts = whole_number(MIN_ATTEMPTS, MAX_ATTEMPTS, what="attempts")
 priority = whole_number(-100, 100, what="a priority")
 
 
-class Command(BaseCommand):
+class Command(ChecksExplained, BaseCommand):
     help = (
         "Enqueue one job of the task at TASK_PATH and print its id on the last line. Each ARG "
         "is read as JSON when it parses (42, true, null, [1, 2], '\"42\"' for the text 42), "

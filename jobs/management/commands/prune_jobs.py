@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs.maintenance import DEFAULT_PRUNE_STATES, PRUNE_BATCH_SIZE, prune_jobs
 from jobs.management.arguments import whole_number
-from jobs.management.database import database_errors_explained
+from jobs.management.database import ChecksExplained, database_errors_explained
 
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 AGE = re.compile(r"(\d{1,6})([smhdw])")
@@ -36,7 +36,7 @@ def state_list(text: str) -> list[str]:
     return states
 
 
-class Command(BaseCommand):
+class Command(ChecksExplained, BaseCommand):
     help = (
         "Delete finished jobs (with their attempts and audit entries) that finished longer ago "
         "than --older-than. Dead letters are kept unless dead_letter is named in --state."

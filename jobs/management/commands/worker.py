@@ -8,6 +8,7 @@ from jobs.checks import database_problems
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
+from jobs.management.database import ChecksExplained
 from jobs.names import check_queue_name
 from jobs.schema import SchemaNotReady
 from jobs.timing import DEFAULTS
@@ -18,7 +19,7 @@ positive_int = whole_number(1)
 MAX_CONCURRENCY = 1_000
 
 
-class Command(BaseCommand):
+class Command(ChecksExplained, BaseCommand):
     help = "Run a worker: claim due jobs from the database and run them, with retries."
 
     def add_arguments(self, parser):
