@@ -254,9 +254,10 @@ def test_the_demo_settings_pass_the_sqlite_check():
 def test_every_sqlite_connection_waits_for_the_writer_and_reads_beside_it(tmp_path):
     import sqlite3
 
-    from jobs.db.sqlite import BUSY_TIMEOUT_MS, _share_the_file
+    from jobs.db.sqlite import BUSY_TIMEOUT_MS, WAL_SIZE_LIMIT, _share_the_file
 
     raw = sqlite3.connect(tmp_path / "bare.sqlite3", timeout=5)
     _share_the_file(raw)
     assert raw.execute("PRAGMA busy_timeout").fetchone() == (BUSY_TIMEOUT_MS,)
     assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert raw.execute("PRAGMA journal_size_limit").fetchone() == (WAL_SIZE_LIMIT,)
