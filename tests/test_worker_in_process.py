@@ -150,3 +150,42 @@ def test_executors_are_killed_when_stopping_them_in_order_fails(run_in_process, 
         worker.run()
 
     assert multiprocessing.active_children() == []
+
+
+def test_an_executor_whose_fork_server_cannot_be_reached_starts_from_a_new_one(monkeypatch, caplog):
+    import os
+    import time
+    from multiprocessing import forkserver
+
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    _stop_fork_server()
+
+    def supervisor():
+        return Supervisor(
+            worker_id="w-fork-server",
+            settings_module="jobsite.settings",
+            async_slots=1,
+            cancel_grace=1.0,
+            held={},
+            settle=lambda stopped: None,
+        )
+
+    earlier, later = supervisor(), supervisor()
+    try:
+        earlier.start_all(1)  # starts the fork server
+        first_server = forkserver._forkserver._forkserver_pid
+        # A temporary-file cleaner removes the fork server's socket; the server runs on.
+        os.unlink(forkserver._forkserver._forkserver_address)
+        later.start_all(1)
+        deadline = time.monotonic() + 15
+        while not later.executors and time.monotonic() < deadline:
+            later.start_due(time.monotonic())
+            time.sleep(0.05)
+        assert "could not start executor 0" in caplog.text
+        assert "starting a new fork server" in caplog.text
+        assert forkserver._forkserver._forkserver_pid not in (None, first_server)
+        assert later.executors and later.executors[0].process.is_alive()
+    finally:
+        for one in (earlier, later):
+            one.shutdown(hard=True)
+        _stop_fork_server()

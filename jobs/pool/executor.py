@@ -8,10 +8,12 @@ child, in order, and start as slots free (`waiting`).
 """
 
 import multiprocessing
+import os
 import pickle
 import signal
 import time
 from multiprocessing import forkserver, resource_tracker
+from typing import Any
 
 from ..executor_loop import (
     LEASES,
@@ -45,6 +47,33 @@ def mp_context():
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["jobs.forkserver"])
     return ctx
+
+
+def forget_fork_server() -> None:
+    """Stop the fork server and forget it, so that the next executor start makes a new one
+    (no public way to do this: multiprocessing's own state, as in jobs.pool.child). The
+    executors it forked die with it (they are bound to it), and the worker restarts them."""
+    server: Any = forkserver._forkserver
+    with server._lock:
+        alive = server._forkserver_alive_fd
+        pid = server._forkserver_pid
+        address = server._forkserver_address
+        server._forkserver_alive_fd = None
+        server._forkserver_pid = None
+        server._forkserver_address = None
+    if alive is not None:
+        os.close(alive)  # a fork server exits once its "alive" pipe closes
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass  # already gone and reaped
+    if isinstance(address, str) and not address.startswith("\0"):
+        try:
+            os.unlink(address)
+        except OSError:
+            pass
 
 
 class StopFlag:
@@ -112,6 +141,11 @@ class Executor:
                 raise StoppedBeforeStart
             forkserver.ensure_running()
             self.process.start()
+        except BaseException:
+            # The fork server died under the start (an OOM kill): nothing is left open.
+            child_conn.close()
+            self.conn.close()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child_conn.close()

@@ -26,7 +26,14 @@ from ..executor_loop import timed_out, timeout_ends
 from ..outcome import RanKind
 from .child import LEASE_LAPSED
 from .dispatcher import AHEAD_LIMIT, PREFETCH_BUDGET, Dispatcher
-from .executor import REPORTS_LOOK, REPORTS_TIMEOUT, Executor, StopFlag, StoppedBeforeStart
+from .executor import (
+    REPORTS_LOOK,
+    REPORTS_TIMEOUT,
+    Executor,
+    StopFlag,
+    StoppedBeforeStart,
+    forget_fork_server,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +42,8 @@ logger = logging.getLogger(__name__)
 # MAX_RESTART_DELAY.
 CRASH_STREAK_FREE = 2
 RESTART_DELAY = 0.25
+# Failed executor starts in a row after which the fork server is replaced.
+START_FAILURES_BEFORE_NEW_FORK_SERVER = 3
 MAX_RESTART_DELAY = 10.0
 # While a job with a timeout has not been seen to start, the worker looks at least this often
 # (or once per timeout, if longer).
@@ -95,6 +104,8 @@ class Supervisor:
         # executor index -> monotonic time its replacement may start (after crashes)
         self.restarts: dict[int, float] = {}
         self.crash_streaks: dict[int, int] = {}
+        # Executor starts that failed in a row (the fork server gone or unreachable).
+        self.start_failures = 0
 
     # --- starting ---------------------------------------------------------------------------
 
@@ -116,6 +127,27 @@ class Supervisor:
             )
         except StoppedBeforeStart:
             return
+        except (OSError, EOFError) as exc:
+            # The fork server was killed between the check that it runs and the request to
+            # fork (an OOM killer picks it: it holds the preloaded Django); the next try finds
+            # it gone and starts a new one. One that runs but cannot be reached (its socket
+            # removed by a temporary-file cleaner) is replaced after a few tries.
+            self.start_failures += 1
+            replaced = self.start_failures >= START_FAILURES_BEFORE_NEW_FORK_SERVER
+            if replaced:
+                self.start_failures = 0
+                forget_fork_server()
+            logger.warning(
+                "could not start executor %d (%s: %s): %s; trying again in %.2fs",
+                index,
+                type(exc).__name__,
+                exc,
+                "starting a new fork server" if replaced else "its fork server is gone",
+                RESTART_DELAY,
+            )
+            self.restarts[index] = time.monotonic() + RESTART_DELAY
+            return
+        self.start_failures = 0
         executor.leases_hold_until(self.leases_hold_until)
         self.executors.append(executor)
 
