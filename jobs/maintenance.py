@@ -27,10 +27,12 @@ SLOW_CHORES_EVERY = 30
 PRUNE_STARTS_EVERY = 6
 
 
-def run_due(worker_id: str, *, round: int, backend=None) -> None:
+def run_due(worker_id: str, *, round: int, backend=None, recover: bool = True) -> None:
     """The maintenance a worker does on heartbeat number `round` (1, 2, ...); the outcomes of
-    recovered jobs reach `backend`'s integrations (tracing, Sentry) as the worker's own do."""
-    recover_expired_leases(worker_id, backend=backend)
+    recovered jobs reach `backend`'s integrations (tracing, Sentry) as the worker's own do.
+    `recover`: recover expired leases (a worker back from an outage waits a moment)."""
+    if recover:
+        recover_expired_leases(worker_id, backend=backend)
     db.expire_not_after()
     db.settle_orphaned_continuations()
     if round == 1:

@@ -6,6 +6,7 @@ so a worker that lost a lease (it stalled and another recovered the job) changes
 """
 
 import logging
+import math
 import os
 import select
 import signal
@@ -46,6 +47,9 @@ UNSTORABLE = (DataError, ValueError)
 
 __all__ = ["Worker", "WorkerConfig"]
 
+# The longest wait between a worker's attempts to reach its database again.
+RECONNECT_DELAY_MAX = 5.0
+
 logger = logging.getLogger(__name__)
 
 
@@ -85,6 +89,10 @@ class Worker:
         self.signals = SignalPipe()
         self.exit_code = 0
         self.last_claim_full = False
+        # When a database call last failed (monotonic clock), and whether the recovery of
+        # expired leases waits for that outage's other workers (_maintenance).
+        self.last_db_failure = -math.inf
+        self.recovery_held = False
         # Slack for the executors: they must have stopped before another worker may recover.
         self.lease_margin = min(1.0, config.heartbeat_seconds / 2)
         self.log = WorkerLog(config.log_format)
@@ -532,7 +540,22 @@ class Worker:
                     )
 
     def _maintenance(self):
-        maintenance.run_due(self.worker_id, round=self.heartbeats, backend=self.backend)
+        # After this worker lost the database, so may have the others: their leases ran out
+        # meanwhile, but they still hold their jobs (running, or finished with the outcome not
+        # yet written) and renew them once they reconnect, within a reconnect delay and a
+        # heartbeat. Recovering first would stop those jobs and run the finished ones again.
+        since_failure = time.monotonic() - self.last_db_failure
+        recover = since_failure > RECONNECT_DELAY_MAX + self.config.heartbeat_seconds + 1
+        if not recover and not self.recovery_held:
+            logger.info(
+                "database reachable again: other workers' expired leases are recovered in "
+                "%.0fs, once they have had the time to reconnect and renew them",
+                RECONNECT_DELAY_MAX + self.config.heartbeat_seconds + 1 - since_failure,
+            )
+        self.recovery_held = not recover
+        maintenance.run_due(
+            self.worker_id, round=self.heartbeats, backend=self.backend, recover=recover
+        )
 
     # --- shutdown ---------------------------------------------------------------------------
 
@@ -583,6 +606,7 @@ class Worker:
             except DB_ERRORS as e:
                 if not is_transient(e):
                     raise
+                self.last_db_failure = time.monotonic()
                 reset_connection()
                 if self.hard_stop or (self.stopping and not self.started):
                     logger.warning(
@@ -591,7 +615,7 @@ class Worker:
                     return None
                 logger.warning("database unavailable (%s); retrying in %.1fs", first_line(e), delay)
                 self.signals.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, RECONNECT_DELAY_MAX)
                 if self.stopping and time.monotonic() - self.stop_requested_at > (
                     self.config.shutdown_timeout + 5
                 ):

@@ -596,6 +596,77 @@ def test_pg_terminate_backend_storm_fails_no_job_and_kills_no_worker(
     assert_nothing_running()
 
 
+def cut_off(refused: bool):
+    """New connections to the test database refused (or allowed again), as in an outage; the
+    test's own connection stays."""
+    import psycopg
+
+    params = connection.settings_dict
+    with psycopg.connect(
+        host=params["HOST"] or None,
+        port=params["PORT"] or None,
+        user=params["USER"] or None,
+        password=params["PASSWORD"] or None,
+        dbname="postgres",
+        autocommit=True,
+    ) as other:
+        name = connection.ops.quote_name(params["NAME"])
+        other.execute(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {'false' if refused else 'true'}")
+
+
+@pytest.mark.slow
+def test_an_outage_longer_than_the_lease_runs_no_job_that_finished_during_it_again(
+    fast_leases, spawn_worker, subprocess_env
+):
+    skip_unless_postgres()
+    busy = spawn_worker("--concurrency", "1", "--queue", "outage")
+    idle = spawn_worker("--concurrency", "1", "--queue", "elsewhere")
+    for w in (busy, idle):
+        wait_started(w)
+    jid = job_id(tasks.ledger_span.using(queue_name="outage").enqueue("outage", 1))
+    wait_for(lambda: started(subprocess_env, "outage"), timeout=30, what="the job to start")
+    cut_off(True)
+    try:
+        terminate_worker_connections()
+        assert Job.objects.get(id=jid).state == JobState.RUNNING
+        # The job ends during the outage, its lease runs out; its worker holds the outcome.
+        wait_for(
+            lambda: any(e.kind == "end" and e.key == "outage" for e in read_events(subprocess_env)),
+            timeout=10,
+            what="the job to end",
+        )
+        time.sleep(LEASE_SECONDS + 1)
+        # The other worker gets the database back first.
+        busy.signal(signal.SIGSTOP)
+    finally:
+        cut_off(False)
+    back = timezone.now()
+    try:
+        wait_for(
+            lambda: (
+                WorkerNode.objects.filter(id=idle.worker_id, last_heartbeat_at__gt=back).exists()
+                or idle.logged("recovered job")
+            ),
+            timeout=20,
+            what="the idle worker's heartbeat after the outage",
+        )
+        time.sleep(2)  # several more heartbeats of the idle worker
+    finally:
+        busy.signal(signal.SIGCONT)
+    wait_for(
+        lambda: Job.objects.filter(id=jid, state=JobState.SUCCEEDED).exists(),
+        timeout=30,
+        what="the busy worker to record its outcome",
+    )
+    assert [(a.number, a.outcome) for a in attempts_of(jid)] == [(1, AttemptOutcome.SUCCEEDED)]
+    assert [e.kind for e in read_events(subprocess_env) if e.key == "outage"] == ["start", "end"]
+    assert not idle.logged("recovered job"), idle.output()
+    assert idle.logged("other workers' expired leases are recovered in"), idle.output()
+    stop_cleanly(busy)
+    stop_cleanly(idle)
+    assert_nothing_running()
+
+
 def test_worker_whose_idle_connection_was_cut_still_marks_its_node_stopped(spawn_worker):
     skip_unless_postgres()
     from jobs.db.pooler import is_pooled
