@@ -47,7 +47,8 @@ UNSTORABLE = (DataError, ValueError)
 
 __all__ = ["Worker", "WorkerConfig"]
 
-# The longest wait between a worker's attempts to reach its database again.
+# The longest wait between a worker's attempts to reach its database again; no longer than a
+# heartbeat (down to a second), so that it renews its leases soon after an outage ends.
 RECONNECT_DELAY_MAX = 5.0
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class Worker:
         # expired leases waits for that outage's other workers (_maintenance).
         self.last_db_failure = -math.inf
         self.recovery_held = False
+        self.reconnect_delay_max = min(RECONNECT_DELAY_MAX, max(1.0, config.heartbeat_seconds))
         # Slack for the executors: they must have stopped before another worker may recover.
         self.lease_margin = min(1.0, config.heartbeat_seconds / 2)
         self.log = WorkerLog(config.log_format)
@@ -544,13 +546,14 @@ class Worker:
         # meanwhile, but they still hold their jobs (running, or finished with the outcome not
         # yet written) and renew them once they reconnect, within a reconnect delay and a
         # heartbeat. Recovering first would stop those jobs and run the finished ones again.
+        hold = self.reconnect_delay_max + self.config.heartbeat_seconds + 1
         since_failure = time.monotonic() - self.last_db_failure
-        recover = since_failure > RECONNECT_DELAY_MAX + self.config.heartbeat_seconds + 1
+        recover = since_failure > hold
         if not recover and not self.recovery_held:
             logger.info(
                 "database reachable again: other workers' expired leases are recovered in "
                 "%.0fs, once they have had the time to reconnect and renew them",
-                RECONNECT_DELAY_MAX + self.config.heartbeat_seconds + 1 - since_failure,
+                hold - since_failure,
             )
         self.recovery_held = not recover
         maintenance.run_due(
@@ -615,7 +618,7 @@ class Worker:
                     return None
                 logger.warning("database unavailable (%s); retrying in %.1fs", first_line(e), delay)
                 self.signals.sleep(delay)
-                delay = min(delay * 2, RECONNECT_DELAY_MAX)
+                delay = min(delay * 2, self.reconnect_delay_max)
                 if self.stopping and time.monotonic() - self.stop_requested_at > (
                     self.config.shutdown_timeout + 5
                 ):
