@@ -7,7 +7,7 @@ from jobs import schedules
 
 from .api import refuse_parameters
 from .auth import api_view
-from .schedule_rows import schedule_row, schedule_rows
+from .schedule_rows import schedule_row, schedule_rows, unusable
 from .serializers import error, job_json, schedule_json
 
 SOURCE = "api"
@@ -16,7 +16,11 @@ SOURCE = "api"
 @api_view("GET")
 def schedule_list(request):
     refuse_parameters(request)
-    return JsonResponse({"results": [schedule_json(row) for row in schedule_rows(limit=1)]})
+    try:
+        rows = schedule_rows(limit=1)
+    except schedules.ScheduleError as exc:
+        return error(500, unusable(exc))
+    return JsonResponse({"results": [schedule_json(row) for row in rows]})
 
 
 @api_view("POST", operate=True)
@@ -36,6 +40,8 @@ def trigger(request, name):
         result = schedules.trigger_schedule(name, user=request.user, source=SOURCE)
     except schedules.UnknownSchedule:
         return no_such_schedule()
+    except schedules.ScheduleError as exc:
+        return error(500, unusable(exc))
     location = reverse("dashboard:api:job-detail", args=[result.job.id])
     return JsonResponse(job_json(result.job), status=201, headers={"Location": location})
 
@@ -47,6 +53,8 @@ def _act(request, action, name):
         action(name, user=request.user, source=SOURCE)
     except schedules.UnknownSchedule:
         return no_such_schedule()
+    except schedules.ScheduleError as exc:
+        return error(500, unusable(exc))
     return JsonResponse(schedule_json(schedule_row(name)))
 
 

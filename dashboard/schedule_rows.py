@@ -50,3 +50,11 @@ def schedule_rows(limit: int = RECENT_RUNS) -> list[ScheduleRow]:
 def schedule_row(name: str) -> ScheduleRow:
     """UnknownSchedule when `name` is not configured."""
     return ScheduleRow(state=schedules.state(name), recent=recent_runs(name))
+
+
+def unusable(exc) -> str:
+    """What the console and the API say while the SCHEDULES setting cannot be read."""
+    return (
+        f"The SCHEDULES setting has a problem (workers refuse to start on it): {exc}. "
+        "`python manage.py check` lists every problem (jobs.E001)."
+    )

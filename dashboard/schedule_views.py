@@ -12,16 +12,20 @@ from . import flash
 from .access import operator_required
 from .pages import console_page, render_page
 from .permissions import can_operate
-from .schedule_rows import schedule_rows
+from .schedule_rows import schedule_rows, unusable
 
 SOURCE = "dashboard"
 
 
 @console_page
 def schedule_list(request):
-    rows = schedule_rows()
+    try:
+        rows, config_error = schedule_rows(), ""
+    except schedules.ScheduleError as exc:
+        rows, config_error = [], unusable(exc)
     context = {
         "rows": rows,
+        "config_error": config_error,
         "can_operate": can_operate(request.user),
         # While a run is still on its way (one just made by "Run now", say), refresh often.
         "busy": any(row.last_job and not row.last_job.is_terminal for row in rows),
@@ -53,6 +57,9 @@ def _act(request, action, name):
         result = action(name, user=request.user, source=SOURCE)
     except schedules.UnknownSchedule:
         raise Http404("no such schedule") from None
+    except schedules.ScheduleError as exc:
+        flash.error(request, unusable(exc))
+        return redirect("dashboard:schedules")
     if result.job is not None:
         url = reverse("dashboard:job", args=[result.job.id])
         text = format_html('{}: {}: <a href="{}">open the job</a>', name, result.message, url)

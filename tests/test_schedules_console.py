@@ -74,6 +74,26 @@ def test_the_next_fire_time_is_shown_once_relative_with_the_utc_time_beside_it(c
     assert next_fire.count(" UTC<") == 1
 
 
+def test_a_bad_schedules_setting_is_named_on_the_page_and_in_the_api_not_a_server_error(
+    client, operator
+):
+    bad = {**SCHEDULES, "broken": {"task": "tests.tasks.add", "every": 30, "args": {"a": 1}}}
+    with with_schedules(bad):
+        client.force_login(operator)
+        page = client.get(reverse("dashboard:schedules"))
+        assert page.status_code == 200
+        assert "The SCHEDULES setting has a problem" in page.content.decode()
+        acted = client.post(reverse("dashboard:schedule_pause", args=["ping"]), follow=True)
+        assert acted.status_code == 200
+        assert "The SCHEDULES setting has a problem" in acted.content.decode()
+        headers = bearer(token_for(operator))
+        listed = client.get("/api/v1/schedules", headers=headers)
+        assert listed.status_code == 500
+        assert "The SCHEDULES setting has a problem" in listed.json()["error"]
+        paused = client.post("/api/v1/schedules/ping/pause", headers=headers)
+        assert paused.status_code == 500 and "jobs.E001" in paused.json()["error"]
+
+
 def test_the_page_is_linked_from_the_navigation_and_the_overview(client, operator):
     client.force_login(operator)
     html = client.get("/").content.decode()
