@@ -1,15 +1,23 @@
 """Who gets into the console: view decorators over the rules in `permissions`."""
 
+import logging
 from functools import wraps
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.db import DatabaseError
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
 
+from jobs.reconnect import first_line
+
+from .auth import out_of_reach, unavailable_text
+from .errors import error_page
 from .permissions import can_operate, can_view
+
+logger = logging.getLogger(__name__)
 
 
 def staff_required(view):
@@ -22,7 +30,15 @@ def staff_required(view):
         if not hasattr(request, "htmx"):
             request.htmx = HtmxDetails(request)
         if can_view(request.user):
-            return view(request, *args, **kwargs)
+            try:
+                return view(request, *args, **kwargs)
+            except DatabaseError as exc:
+                # A database out of reach (down, or its disk full) is said as such, not as a
+                # server error; any other database error stays one.
+                if not out_of_reach(exc):
+                    raise
+                logger.warning("database unavailable for %s: %s", request.path, first_line(exc))
+                return error_page(request, 503, unavailable_text(exc).capitalize() + ".")
         if request.user.is_authenticated:
             # The login page sends a signed-in user straight on to `next`: pointing it back here
             # would loop, so a signed-in user without access lands on a page that says so.

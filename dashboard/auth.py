@@ -175,14 +175,15 @@ def database_unavailable(request, exc):
     server down, a lock held too long): worth trying again, unlike a 500. The error's text,
     which may name hosts, goes to the log only."""
     logger.warning("database unavailable for %s: %s", request.path, first_line(exc))
+    return error(503, unavailable_text(exc), headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def unavailable_text(exc) -> str:
+    """What a client is told of a database out of reach: whether it is worth trying again."""
     text = str(exc).lower()
     if "disk is full" in text or "no space left" in text:
-        message = (
-            "the database cannot write: its disk is full (free space where it keeps its files)"
-        )
-    else:
-        message = "the database is unavailable right now; try again shortly"
-    return error(503, message, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return "the database cannot write: its disk is full (free space where it keeps its files)"
+    return "the database is unavailable right now; try again shortly"
 
 
 def server_error(request, exc):

@@ -24,6 +24,7 @@ PAGES = {
     403: ("Not allowed", "Your account may not open this page or take this action."),
     404: ("Not found", "There is no such page. A job that was pruned or discarded is gone too."),
     500: ("Something went wrong", "The console failed to answer. The error has been logged."),
+    503: ("Database unavailable", "The database did not answer this request."),
 }
 
 

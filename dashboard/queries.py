@@ -232,8 +232,8 @@ class Lineage:
     reruns: list
     parent: Job | None
     continuations: list
-    # A workflow node's own edges (a continuation's parent is `parent`): the unfinished and
-    # unsuccessful first, so the one that cancelled a node is always in view.
+    # A workflow node's own edges (a continuation's parent is `parent`): the unsuccessful
+    # first, then the unfinished, so the one that cancelled a node is always in view.
     after: list
     before: list
 
@@ -271,8 +271,12 @@ def job_lineage(job: Job) -> Lineage:
     related = Job.objects.only(*LINEAGE_COLUMNS).order_by("-enqueued_at", "-id")
     after = before = []
     if job.workflow_id is not None:
-        succeeded_last = Case(When(state=JobState.SUCCEEDED, then=1), default=0)
-        nodes = Job.objects.only(*LINEAGE_COLUMNS).order_by(succeeded_last, "node_name", "id")
+        unsuccessful_first = Case(
+            When(state__in=[JobState.DEAD_LETTER, JobState.CANCELLED], then=0),
+            When(state=JobState.SUCCEEDED, then=2),
+            default=1,
+        )
+        nodes = Job.objects.only(*LINEAGE_COLUMNS).order_by(unsuccessful_first, "node_name", "id")
         upstream = nodes.filter(downstream_edges__downstream=job)
         if job.parent_id is not None:
             upstream = upstream.exclude(id=job.parent_id)

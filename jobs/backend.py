@@ -77,8 +77,10 @@ class JobsBackend(BaseTaskBackend):
         read = backend_options.read(self.options)
         if not isinstance(self.options, dict):
             self.options = {}
-        # Reported by `manage.py check` (jobs.E005, W002) and refused by the worker.
+        # Reported by `manage.py check` (jobs.E005, E006, W002) and refused by the worker;
+        # meanwhile the defaults stand in (a web process never fails on a bad option).
         self.option_problems = read.problems
+        self.timing_problems = read.timing_problems
         self.unknown_options = read.unknown
         self.default_max_attempts = self.options.get("MAX_ATTEMPTS")
         self.default_backoff = read.backoff

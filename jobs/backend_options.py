@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from . import retry
 from .timing import Timing
+from .timing import problems as timing_problems_of
 
 DEFAULT_ASYNC_CONCURRENCY = 10
 MAX_ASYNC_CONCURRENCY = 10_000
@@ -43,6 +44,8 @@ class Options:
     async_concurrency: int
     # What is wrong, each in a sentence naming the option; the defaults stand in meanwhile.
     problems: tuple[str, ...] = ()
+    # The same for the timing options (jobs.E006).
+    timing_problems: tuple[str, ...] = ()
     # Keys no option has.
     unknown: tuple[str, ...] = ()
 
@@ -59,8 +62,12 @@ def read(options) -> Options:
         backoff = retry.policy_from_setting(None)
     try:
         timing = Timing.from_options(options)
+        timing_problems = timing_problems_of(
+            timing.heartbeat_seconds, timing.lease_seconds, timing.cancel_grace_seconds
+        )
     except ValueError as e:
-        problems.append(str(e))
+        timing_problems = [str(e)]
+    if timing_problems:
         timing = Timing()
     eager = options.get("EAGER", False)
     if not isinstance(eager, bool):
@@ -80,5 +87,6 @@ def read(options) -> Options:
         eager=eager,
         async_concurrency=async_concurrency,
         problems=tuple(problems),
+        timing_problems=tuple(timing_problems),
         unknown=tuple(sorted(str(key) for key in options if key not in KNOWN)),
     )

@@ -33,7 +33,6 @@ def check_max_snoozes(app_configs=None, **kwargs):
 
 @checks.register(checks.Tags.compatibility)
 def check_timing(app_configs=None, **kwargs):
-    from . import timing
     from .backend import JobsBackend
     from .compat import task_backends
 
@@ -46,11 +45,7 @@ def check_timing(app_configs=None, **kwargs):
         )
         for backend in task_backends.all()
         if isinstance(backend, JobsBackend)
-        for problem in timing.problems(
-            backend.timing.heartbeat_seconds,
-            backend.timing.lease_seconds,
-            backend.timing.cancel_grace_seconds,
-        )
+        for problem in backend.timing_problems
     ]
 
 
@@ -157,7 +152,7 @@ def database_problems(settings, job_alias: str | None = None) -> list[tuple[str,
         )
     database = settings.DATABASES.get(DEFAULT_DB_ALIAS, {})
     zone = database.get("TIME_ZONE")
-    if "sqlite" in database.get("ENGINE", "") and zone not in (None, "UTC"):
+    if "sqlite" in database.get("ENGINE", "") and not _is_utc(zone):
         found.append(
             (
                 f"DATABASES[{DEFAULT_DB_ALIAS!r}]['TIME_ZONE'] is {zone!r}: jobsite's statements "
@@ -198,3 +193,18 @@ def sqlite_warnings(databases: dict) -> list:
                 )
             )
     return warnings
+
+
+def _is_utc(zone) -> bool:
+    """No zone, or one always at UTC's time (UTC, Etc/UTC, Zulu, ...)."""
+    if zone is None:
+        return True
+    import zoneinfo
+    from datetime import UTC, datetime, timedelta
+
+    try:
+        tz = zoneinfo.ZoneInfo(zone)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return False
+    moments = [datetime(year, month, 1, tzinfo=UTC) for year in (2000, 2026) for month in (1, 7)]
+    return all(moment.astimezone(tz).utcoffset() == timedelta(0) for moment in moments)

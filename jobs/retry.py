@@ -23,8 +23,8 @@ MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 100
 
 def _check_non_negative(**values):
     for name, value in values.items():
-        if value is None:
-            continue
+        if value is None and name == "max":
+            continue  # no cap
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
@@ -189,7 +189,10 @@ def policy_from_setting(setting: Mapping | None) -> Policy:
             f"not {setting!r}"
         )
     options = dict(setting)
-    strategy = str(options.pop("strategy", "exponential")).lower()
+    strategy = options.pop("strategy", "exponential")
+    if not isinstance(strategy, str):
+        raise ValueError(f"BACKOFF strategy must be one of {sorted(_STRATEGIES)}, not {strategy!r}")
+    strategy = strategy.lower()
     try:
         cls = _STRATEGIES[strategy]
     except KeyError:

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from jobs import outcome, retry
 from jobs.backend_options import DEFAULT_ASYNC_CONCURRENCY
-from jobs.checks import check_plain_options, database_problems
+from jobs.checks import check_plain_options, check_timing, database_problems
 from jobs.compat import task, task_backends
 from jobs.db import Claimed
 from jobs.models import Job
@@ -40,8 +40,10 @@ def with_options(**options):
         ({"BACKOFF": {"strategy": "exponential", "base": 15, "jitter": -3}}, "jitter must be"),
         ({"BACKOFF": {"strategy": "fixed", "delay": 5, "bogus": 1}}, "unexpected keyword"),
         ({"BACKOFF": "exponential"}, "BACKOFF must be a dict such as"),
-        ({"LEASE_SECONDS": "abc"}, "LEASE_SECONDS must be a number of seconds, not 'abc'"),
-        ({"HEARTBEAT_SECONDS": True}, "HEARTBEAT_SECONDS must be a number of seconds, not True"),
+        ({"BACKOFF": {"strategy": "fixed", "delay": None}}, "delay must be a finite number"),
+        ({"BACKOFF": {"strategy": "linear", "base": 1, "step": None}}, "step must be a finite"),
+        ({"BACKOFF": {"strategy": "exponential", "base": 1, "multiplier": None}}, "multiplier"),
+        ({"BACKOFF": {"strategy": None}}, "BACKOFF strategy must be one of"),
         ({"EAGER": "0"}, "EAGER must be True or False, not '0'"),
         ({"ASYNC_CONCURRENCY": 0}, "ASYNC_CONCURRENCY must be a whole number from 1 to 10,000"),
         ({"ASYNC_CONCURRENCY": "5"}, "ASYNC_CONCURRENCY must be a whole number"),
@@ -61,6 +63,30 @@ def test_a_bad_option_is_a_check_error_and_the_backend_still_works_on_the_defaul
         # Enqueue goes on, to the database, on the defaults.
         result = tasks.add.enqueue(1, 2)
         assert Job.objects.get(id=result.id).state == "pending"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"LEASE_SECONDS": "abc"}, "LEASE_SECONDS must be a number of seconds, not 'abc'"),
+        ({"HEARTBEAT_SECONDS": True}, "HEARTBEAT_SECONDS must be a number of seconds, not True"),
+        ({"LEASE_SECONDS": float("inf")}, "LEASE_SECONDS must be a number of seconds above 0"),
+        ({"LEASE_SECONDS": 1e12}, "LEASE_SECONDS must be a number of seconds above 0"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_bad_timing_option_is_a_check_error_and_pages_run_on_the_default_timing(
+    options, named, admin_client
+):
+    with with_options(**options):
+        [error] = check_timing()
+        assert error.id == "jobs.E006" and named in error.msg
+        assert check_plain_options() == []
+        assert task_backends["default"].timing == Timing()
+        for page in ("/", "/jobs/", "/workers/", "/queues/"):
+            assert admin_client.get(page).status_code == 200, page
+        with pytest.raises(CommandError, match=named.split(",")[0]):
+            call_command("worker", "--burst")
 
 
 @pytest.mark.django_db
@@ -97,6 +123,10 @@ def test_use_tz_off_and_a_sqlite_database_off_utc_are_refused_saying_what_to_set
     sqlite, postgres = "django.db.backends.sqlite3", "django.db.backends.postgresql"
     assert database_problems(configured(True, sqlite, None)) == []
     assert database_problems(configured(True, sqlite, "UTC")) == []
+    assert database_problems(configured(True, sqlite, "Etc/UTC")) == []
+    assert database_problems(configured(True, sqlite, "Zulu")) == []
+    [(problem, *_)] = database_problems(configured(True, sqlite, "Europe/London"))
+    assert "'Europe/London'" in problem
     assert database_problems(configured(True, postgres, "Asia/Tokyo")) == []
     [(problem, hint, _, check_id)] = database_problems(configured(False, postgres, None))
     assert check_id == "jobs.E007" and "needs USE_TZ = True" in problem

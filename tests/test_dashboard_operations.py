@@ -1,9 +1,11 @@
 """The console's operator features: search, queues, discard, edit and rerun, bulk by filter."""
 
 import re
+from contextlib import contextmanager
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -143,6 +145,53 @@ def test_without_the_messages_framework_actions_work_and_answer_without_an_error
     assert retried.status_code == 200
     job.refresh_from_db()
     assert job.state == JobState.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_action_the_database_cannot_take_now_answers_503_saying_so(operator_client):
+    from jobs.models import PausedQueue
+
+    table = PausedQueue._meta.db_table
+    sqlite = connection.vendor == "sqlite"
+    with connection.cursor() as cursor, holding_the_write_lock(table):
+        cursor.execute("PRAGMA busy_timeout = 100" if sqlite else "SET lock_timeout = '100ms'")
+        try:
+            response = operator_client.post(reverse("dashboard:queue_pause", args=["emails"]))
+        finally:
+            with connection.cursor() as again:
+                again.execute("PRAGMA busy_timeout = 30000" if sqlite else "RESET lock_timeout")
+    assert response.status_code == 503
+    html = response.content.decode()
+    assert "Database unavailable" in html
+    assert "The database is unavailable right now; try again shortly." in html
+    assert not queues.is_paused("emails")
+
+
+@contextmanager
+def holding_the_write_lock(table):
+    """Another session holds what a write to `table` needs, as a long transaction would."""
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+    else:
+        import psycopg
+
+        params = connection.settings_dict
+        other = psycopg.connect(
+            host=params["HOST"] or None,
+            port=params["PORT"] or None,
+            user=params["USER"] or None,
+            password=params["PASSWORD"] or None,
+            dbname=params["NAME"],
+        )
+        other.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+    try:
+        yield
+    finally:
+        other.rollback()
+        other.close()
 
 
 def test_a_queue_name_with_a_slash_can_be_paused(operator_client):

@@ -140,6 +140,27 @@ def test_a_sqlite_file_that_cannot_be_opened_is_named_in_one_line(
     assert f"({missing}: its folder must exist" in line
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["create_api_token", "bob"],
+        ["create_api_token", "--list"],
+        ["enqueue", "tests.tasks.add", "1"],
+    ],
+)
+def test_a_command_on_a_database_without_the_tables_says_to_migrate_in_one_line(
+    subprocess_env, tmp_path, command
+):
+    empty = tmp_path / "empty.sqlite3"
+    proc = run(["manage.py", *command], {**subprocess_env, "DATABASE_URL": f"sqlite:///{empty}"})
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    [line] = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert line == (
+        "CommandError: the database has no jobsite tables yet: run `python manage.py migrate` first"
+    )
+
+
 @pytest.mark.django_db
 def test_every_page_carries_the_security_headers(client):
     response = client.get("/login/")

@@ -94,10 +94,9 @@ def test_the_job_page_links_its_workflow(client, viewer):
     assert "waiting for 2 upstream jobs" in html
 
 
-def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(client, viewer):
-    workflow_id = diamond()
-    fetch = Job.objects.get(workflow_id=workflow_id, node_name="fetch")
-    claimed = db.claim_one(fetch.id, worker_id="w-test", lease_seconds=60)
+def dead_letter(job):
+    """Claim the node's job and dead-letter it, as a worker would."""
+    claimed = db.claim_one(job.id, worker_id="w-test", lease_seconds=60)
     db.finish(
         [
             db.Finish(
@@ -112,6 +111,12 @@ def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(cl
             )
         ]
     )
+
+
+def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(client, viewer):
+    workflow_id = diamond()
+    fetch = Job.objects.get(workflow_id=workflow_id, node_name="fetch")
+    dead_letter(fetch)
     parse = Job.objects.get(workflow_id=workflow_id, node_name="parse")
     assert parse.state == JobState.CANCELLED
     assert parse.error_message == "a job it runs after did not succeed"
@@ -124,6 +129,21 @@ def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(cl
     report = Job.objects.get(workflow_id=workflow_id, node_name="report")
     assert reverse("dashboard:job", args=[report.id]) in before
     assert reverse("dashboard:job", args=[fetch.id]) not in before
+
+
+def test_among_many_upstream_nodes_the_one_that_failed_comes_first(client, viewer):
+    workflow_id = fan_in(30)
+    leaves = Job.objects.filter(workflow_id=workflow_id).exclude(node_name="join")
+    failed = leaves.order_by("-node_name").first()  # the last by name
+    dead_letter(failed)
+    join = Job.objects.get(workflow_id=workflow_id, node_name="join")
+    assert join.state == JobState.CANCELLED
+    client.force_login(viewer)
+    html = client.get(reverse("dashboard:job", args=[join.id])).content.decode()
+    after = re.search(r"<dt>Runs after</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    links = re.findall(r'href="([^"]+)"', after)
+    assert len(links) == 20
+    assert links[0] == reverse("dashboard:job", args=[failed.id])
 
 
 def test_cancel_workflow_and_retry_failed_nodes_from_the_page(client, operator):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from dashboard.models import ApiToken
 from dashboard.permissions import can_operate, can_view
 from jobs.management.arguments import whole_number
-from jobs.management.database import ChecksExplained
+from jobs.management.database import ChecksExplained, database_errors_explained
 
 # Ten years: far enough for any rotation policy, near enough for every date to stay valid.
 MAX_DAYS = 3650
@@ -39,13 +39,14 @@ class Command(ChecksExplained, BaseCommand):
     def handle(
         self, *args, username=None, name="", expires_in=None, list=False, revoke=None, **options
     ):
-        if revoke:
-            return self.revoke(revoke)
-        if list:
-            return self.list(username)
-        if not username:
+        if not (revoke or list or username):
             raise CommandError("name the USER the token acts as (or use --list / --revoke)")
-        return self.create(username, name, expires_in)
+        with database_errors_explained():
+            if revoke:
+                return self.revoke(revoke)
+            if list:
+                return self.list(username)
+            return self.create(username, name, expires_in)
 
     def create(self, username, name, expires_in=None):
         user = self.user(username)

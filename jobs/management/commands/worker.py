@@ -96,6 +96,7 @@ class Command(ChecksExplained, BaseCommand):
         problems = (
             [problem for problem, *_ in database_problems(settings)]
             + list(getattr(backend, "option_problems", ()))
+            + list(getattr(backend, "timing_problems", ()))
             + schedules.check(backend)
             + limit_spec.check(backend.options.get("LIMITS"))
             + outcome.max_snoozes_problems(backend)
