@@ -165,6 +165,22 @@ def worker_connections_sql():
     )
 
 
+def another_session(dbname=None, **options):
+    """A psycopg connection of its own to this PostgreSQL server (the test database unless
+    `dbname` names another), beside Django's."""
+    import psycopg
+
+    params = connection.settings_dict
+    return psycopg.connect(
+        host=params["HOST"] or None,
+        port=params["PORT"] or None,
+        user=params["USER"] or None,
+        password=params["PASSWORD"] or None,
+        dbname=dbname or params["NAME"],
+        **options,
+    )
+
+
 def terminate_worker_connections() -> int:
     """pg_terminate_backend on every jobsite connection to this database but the test's own."""
     with connection.cursor() as cursor:

@@ -13,6 +13,7 @@ from jobs import queues
 from jobs.models import AuditEntry, Job
 from jobs.states import JobState
 from tests.factories import make_job
+from tests.reliability_helpers import another_session
 
 pytestmark = pytest.mark.django_db
 
@@ -176,16 +177,7 @@ def holding_the_write_lock(table):
         other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
     else:
-        import psycopg
-
-        params = connection.settings_dict
-        other = psycopg.connect(
-            host=params["HOST"] or None,
-            port=params["PORT"] or None,
-            user=params["USER"] or None,
-            password=params["PASSWORD"] or None,
-            dbname=params["NAME"],
-        )
+        other = another_session()
         other.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
     try:
         yield
