@@ -42,13 +42,13 @@ def staff_required(view):
         if request.user.is_authenticated:
             # The login page sends a signed-in user straight on to `next`: pointing it back here
             # would loop, so a signed-in user without access lands on a page that says so.
-            return _to_login(request, reverse("dashboard:no_access"))
-        return _to_login(request, request.get_full_path())
+            return to_login(request, reverse("dashboard:no_access"))
+        return to_login(request, request.get_full_path())
 
     return wrapper
 
 
-def _to_login(request, path):
+def to_login(request, path):
     """The project's login page, told to come back to `path`: as a full URL when the login
     page is on another host or scheme (a single sign-on service), as Django's own
     `login_required` does, else as a path."""

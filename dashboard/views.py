@@ -5,7 +5,6 @@ import json
 from functools import partial
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -16,6 +15,7 @@ from jobs.models import Job
 from jobs.states import CLAIMABLE, JobState
 
 from . import openapi, queries, queue_rows, task_stats, worker_rows
+from .access import to_login
 from .api_docs import api_docs as read_api_docs
 from .audit_log import KNOWN_ACTIONS, AuditFilterForm
 from .chart import attempts_chart
@@ -171,7 +171,7 @@ def no_access(request):
     if can_view(request.user):
         return redirect("dashboard:overview")
     if not request.user.is_authenticated:
-        return redirect_to_login(reverse("dashboard:overview"))
+        return to_login(request, reverse("dashboard:overview"))
     return render(request, "dashboard/no_access.html", status=403)
 
 

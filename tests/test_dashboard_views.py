@@ -98,6 +98,10 @@ def test_a_login_page_on_another_host_is_told_the_whole_address_to_come_back_to(
     location = response["Location"]
     assert location.startswith("https://sso.example.com/login?next=")
     assert "next=http%3A//testserver/jobs/%3Fstate%3Ddead_letter" in location
+    anonymous = client.get(reverse("dashboard:no_access"))
+    assert anonymous["Location"].startswith(
+        "https://sso.example.com/login?next=http%3A//testserver/"
+    )
 
 
 @pytest.mark.django_db
