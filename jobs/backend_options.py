@@ -1,9 +1,9 @@
 """A jobs backend's plain OPTIONS, read once: each bad value is a sentence, not an exception.
 
-`manage.py check` reports the sentences (jobs.E005) and the worker refuses to start on them;
-meanwhile every other process runs on the defaults, so a typo in settings never turns each page
-and each enqueue into a traceback. LIMITS, SCHEDULES, MAX_SNOOZES and SENTRY_CAPTURE have
-checks of their own (jobs.checks).
+`manage.py check` reports the sentences (jobs.E005; jobs.E006 for the timing options) and the
+worker refuses to start on them; meanwhile every other process runs on the defaults, so a typo
+in settings never turns each page and each enqueue into a traceback. LIMITS, SCHEDULES,
+MAX_SNOOZES and SENTRY_CAPTURE have checks of their own (jobs.checks).
 """
 
 from dataclasses import dataclass
