@@ -24,13 +24,15 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 LEASE_LAPSED = 75
 
 
-def _die_with_parent() -> int:
+def _die_with_parent(fork_server_pid: int | None = None) -> int:
     """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG).
 
     An executor that outlived its worker would run on while another worker recovers its jobs:
     the same job twice at the same time. The parent is the fork server, which exits as soon as
     the worker is gone (once no process holds the worker's end of its "alive" pipe: the
     executor closes its copy here). Returns the parent's pid for the fallback check.
+    `fork_server_pid`: the fork server the worker asked, which must be the parent: one killed
+    between the fork and this check left this process to init (or a subreaper) already.
     """
     # The fork server's own state, private to multiprocessing: no public way closes it.
     server: Any = forkserver._forkserver
@@ -39,7 +41,7 @@ def _die_with_parent() -> int:
         os.close(alive)
         server._forkserver_alive_fd = None
         server._forkserver_address = None
-    parent = os.getppid()
+    parent = fork_server_pid or os.getppid()
     try:
         import ctypes
 
@@ -47,11 +49,20 @@ def _die_with_parent() -> int:
     except (OSError, AttributeError):
         pass  # not Linux: the watchdog's parent check still applies
     if os.getppid() != parent:
-        os._exit(70)  # the worker died before the kernel was told
+        os._exit(70)  # the fork server or the worker died before the kernel was told
     return parent
 
 
-def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logging_setup=None):
+def child_main(
+    conn,
+    status,
+    taking,
+    stop_flag,
+    worker_id,
+    settings_module,
+    logging_setup=None,
+    fork_server_pid=None,
+):
     """Entry point of an executor process; `logging_setup`: `jobs.logs.worker_logging()` of
     its worker, whose level and format its lines follow."""
     # The worker decides when its children stop; a Ctrl-C or a SIGTERM sent to the whole
@@ -63,7 +74,7 @@ def child_main(conn, status, taking, stop_flag, worker_id, settings_module, logg
     # start processes of its own with multiprocessing (a pool), which refuses that in a
     # daemon. The worker ends them with the executor all the same (process_tree.kill_tree).
     multiprocessing.current_process().daemon = False
-    parent = _die_with_parent()
+    parent = _die_with_parent(fork_server_pid)
     if settings_module:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     import django

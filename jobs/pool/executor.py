@@ -111,20 +111,6 @@ class Executor:
         # Held by the child while it takes the next job, and by the worker while it takes
         # back the jobs waiting here: a job is either started by the child or taken back.
         self.taking = ctx.Lock()
-        self.process = ctx.Process(
-            target=child_main,
-            args=(
-                child_conn,
-                self.status,
-                self.taking,
-                stop_flag,
-                worker_id,
-                settings_module,
-                worker_logging(),
-            ),
-            name=f"jobsite-executor-{index}",
-            daemon=True,
-        )
         # The child is born with SIGINT and SIGTERM blocked and ignores them before it
         # unblocks them: a signal to the whole process group (Ctrl-C, systemd, docker stop)
         # while it boots stays with the worker, which stops its executors in order.
@@ -140,6 +126,24 @@ class Executor:
                 self.conn.close()
                 raise StoppedBeforeStart
             forkserver.ensure_running()
+            server: Any = forkserver._forkserver
+            self.process = ctx.Process(
+                target=child_main,
+                args=(
+                    child_conn,
+                    self.status,
+                    self.taking,
+                    stop_flag,
+                    worker_id,
+                    settings_module,
+                    worker_logging(),
+                    # The child's parent must be this fork server: one killed right after the
+                    # fork leaves the child to init, which must then not run on by itself.
+                    server._forkserver_pid,
+                ),
+                name=f"jobsite-executor-{index}",
+                daemon=True,
+            )
             self.process.start()
         except BaseException:
             # The fork server died under the start (an OOM kill): nothing is left open.
