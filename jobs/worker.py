@@ -90,9 +90,13 @@ class Worker:
         self.signals = SignalPipe()
         self.exit_code = 0
         self.last_claim_full = False
-        # When a database call last failed (monotonic clock), and whether the recovery of
-        # expired leases waits for that outage's other workers (_maintenance).
-        self.last_db_failure = -math.inf
+        # A database call failed since the last maintenance; when (monotonic clock) this
+        # worker last came back to its database after being without it; when its last
+        # heartbeat ended; whether the recovery of expired leases waits meanwhile for the other
+        # workers of an outage (_maintenance).
+        self.db_failed = False
+        self.back_at = -math.inf
+        self.last_beat_end: float | None = None
         self.recovery_held = False
         self.reconnect_delay_max = min(RECONNECT_DELAY_MAX, max(1.0, config.heartbeat_seconds))
         # Slack for the executors: they must have stopped before another worker may recover.
@@ -546,19 +550,29 @@ class Worker:
         # meanwhile, but they still hold their jobs (running, or finished with the outcome not
         # yet written) and renew them once they reconnect, within a reconnect delay and a
         # heartbeat. Recovering first would stop those jobs and run the finished ones again.
+        # Without the database means a failed call, or a heartbeat far later than due (a call
+        # that waited out the outage inside a connection pool, or this worker stalled).
+        now = time.monotonic()
+        overdue = 2 * self.config.heartbeat_seconds + 1
+        if self.db_failed or (
+            self.last_beat_end is not None and now - self.last_beat_end > overdue
+        ):
+            self.back_at = now
+            self.db_failed = False
         hold = self.reconnect_delay_max + self.config.heartbeat_seconds + 1
-        since_failure = time.monotonic() - self.last_db_failure
-        recover = since_failure > hold
+        recover = now - self.back_at > hold
         if not recover and not self.recovery_held:
             logger.info(
-                "database reachable again: other workers' expired leases are recovered in "
-                "%.0fs, once they have had the time to reconnect and renew them",
-                hold - since_failure,
+                "database reachable again: other workers' expired leases are recovered from "
+                "the first heartbeat %.0fs from now, once they have had the time to reconnect "
+                "and renew them",
+                hold,
             )
         self.recovery_held = not recover
         maintenance.run_due(
             self.worker_id, round=self.heartbeats, backend=self.backend, recover=recover
         )
+        self.last_beat_end = time.monotonic()
 
     # --- shutdown ---------------------------------------------------------------------------
 
@@ -609,7 +623,7 @@ class Worker:
             except DB_ERRORS as e:
                 if not is_transient(e):
                     raise
-                self.last_db_failure = time.monotonic()
+                self.db_failed = True
                 reset_connection()
                 if self.hard_stop or (self.stopping and not self.started):
                     logger.warning(
