@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from jobs import limit_spec, logformat, outcome, schedules, sentry
 from jobs.backend_options import DEFAULT_ASYNC_CONCURRENCY, MAX_ASYNC_CONCURRENCY
@@ -8,7 +9,7 @@ from jobs.checks import database_problems
 from jobs.compat import task_backends
 from jobs.logs import LEVELS, configure_worker_logging
 from jobs.management.arguments import seconds, whole_number
-from jobs.management.database import ChecksExplained
+from jobs.management.database import ChecksExplained, database_errors_explained
 from jobs.names import check_queue_name
 from jobs.schema import SchemaNotReady
 from jobs.timing import DEFAULTS
@@ -131,6 +132,11 @@ class Command(ChecksExplained, BaseCommand):
             )
         except ValueError as e:
             raise CommandError(str(e)) from None
+        if connection.vendor == "sqlite":
+            # A SQLite file that cannot be opened is a setting to fix, not an outage to wait
+            # out (the system checks open it first on some Django versions, not on others).
+            with database_errors_explained():
+                connection.ensure_connection()
         configure_worker_logging(options["log_level"])
         if options["log_format"] == "json":
             logformat.use_json()
