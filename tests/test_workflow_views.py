@@ -6,11 +6,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import db
 from jobs.models import AuditEntry, Job
-from jobs.states import AttemptOutcome, DeadLetterReason, JobState
+from jobs.states import JobState
 from jobs.workflows import Workflow
 from tests import tasks
+from tests.test_workflows import run
 
 pytestmark = pytest.mark.django_db
 
@@ -96,21 +96,7 @@ def test_the_job_page_links_its_workflow(client, viewer):
 
 def dead_letter(job):
     """Claim the node's job and dead-letter it, as a worker would."""
-    claimed = db.claim_one(job.id, worker_id="w-test", lease_seconds=60)
-    db.finish(
-        [
-            db.Finish(
-                job_id=claimed.id,
-                lease_id=claimed.lease_id,
-                state=JobState.DEAD_LETTER,
-                outcome=AttemptOutcome.FAILED,
-                worker_id="w-test",
-                reason=DeadLetterReason.EXHAUSTED,
-                error_type="ValueError",
-                started_at=timezone.now(),
-            )
-        ]
-    )
+    run(job.id, JobState.DEAD_LETTER)
 
 
 def test_a_node_cancelled_by_a_failure_names_the_node_that_failed_on_its_page(client, viewer):
