@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS
 
 from . import attempt_log
 from .db import reports as db_reports
+from .db.unpooled import unpooled_connection
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +300,9 @@ class LiveWriter:
 
     def _connection(self):
         if self._conn is None:
-            conn = connections.create_connection(DEFAULT_DB_ALIAS)
+            # Never from a pool: in an outage the attempt's outcome waits behind these writes,
+            # and a pool would hold them until the lease had lapsed.
+            conn = unpooled_connection(DEFAULT_DB_ALIAS)
             conn.inc_thread_sharing()  # used by this thread, and by the attempt's at its end
             self._conn = conn
         return self._conn

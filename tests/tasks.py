@@ -124,6 +124,19 @@ def ledger_span(key, seconds):
 
 
 @task(backoff=NO_WAIT, takes_context=True)
+def ledger_span_reporting(context, key, seconds):
+    """ledger_span that reports progress and logs a line as it starts and as it ends."""
+    context.progress(0, 1, "starting")
+    context.logger.info("starting %s", key)
+    _event(f"start:{key}")
+    time.sleep(seconds)
+    context.progress(1, 1, "done")
+    context.logger.info("done %s", key)
+    _event(f"end:{key}")
+    return key
+
+
+@task(backoff=NO_WAIT, takes_context=True)
 def slow_first_attempt(context, key, seconds):
     """Sleeps `seconds` on its first attempt only, so a handed-back job finishes quickly."""
     _event(f"start:{key}")

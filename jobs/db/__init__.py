@@ -12,6 +12,7 @@
     clock.py         the clock every machine agrees on (the database's where it has one)
     search_sql.py    what a search of the jobs asks of each database
     count_deltas.py  the job counts PostgreSQL's triggers keep
+    unpooled.py      a connection of its own, outside Django's connection pool
 
 The rest of the engine calls the functions below; each goes to the engine of the default
 connection's database, chosen from its vendor.
