@@ -91,6 +91,8 @@ class JobsBackend(BaseTaskBackend):
         # Run each job inline at enqueue (for users' own test suites), through the same
         # retry logic, without waiting out the backoff.
         self.eager = read.eager
+        # A Sentry Crons check-in per schedule fire (jobs.sentry).
+        self.sentry_crons = read.sentry_crons
         # Coroutines of async def tasks each executor runs at once (worker --async-concurrency).
         self.async_concurrency = read.async_concurrency
 

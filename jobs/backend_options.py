@@ -41,6 +41,7 @@ class Options:
     backoff: retry.Policy
     timing: Timing
     eager: bool
+    sentry_crons: bool
     async_concurrency: int
     # What is wrong, each in a sentence naming the option; the defaults stand in meanwhile.
     problems: tuple[str, ...] = ()
@@ -69,11 +70,8 @@ def read(options) -> Options:
         timing_problems = [str(e)]
     if timing_problems:
         timing = Timing()
-    eager = options.get("EAGER", False)
-    if not isinstance(eager, bool):
-        # bool("0") is True: a string from the environment would run every job in the request.
-        problems.append(f"EAGER must be True or False, not {eager!r}")
-        eager = False
+    eager = _yes_or_no(options, "EAGER", problems)
+    sentry_crons = _yes_or_no(options, "SENTRY_CRONS", problems)
     async_concurrency = options.get("ASYNC_CONCURRENCY", DEFAULT_ASYNC_CONCURRENCY)
     if type(async_concurrency) is not int or not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY:
         problems.append(
@@ -85,8 +83,19 @@ def read(options) -> Options:
         backoff=backoff,
         timing=timing,
         eager=eager,
+        sentry_crons=sentry_crons,
         async_concurrency=async_concurrency,
         problems=tuple(problems),
         timing_problems=tuple(timing_problems),
         unknown=tuple(sorted(str(key) for key in options if key not in KNOWN)),
     )
+
+
+def _yes_or_no(options, name, problems) -> bool:
+    value = options.get(name, False)
+    if isinstance(value, bool):
+        return value
+    # bool("0") is True: a string from the environment would turn the option on (EAGER: every
+    # job run in the request).
+    problems.append(f"{name} must be True or False, not {value!r}")
+    return False

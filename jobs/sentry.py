@@ -100,7 +100,7 @@ def _event(f, claimed) -> dict:
 
 def schedules_fired(fired, backend) -> None:
     """A check-in per schedule that fired (schedules.Fired), when OPTIONS["SENTRY_CRONS"]."""
-    if not fired or not active() or not backend.options.get("SENTRY_CRONS"):
+    if not fired or not active() or not backend.sentry_crons:
         return
     from sentry_sdk.crons import capture_checkin
 

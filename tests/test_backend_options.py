@@ -45,6 +45,7 @@ def with_options(**options):
         ({"BACKOFF": {"strategy": "exponential", "base": 1, "multiplier": None}}, "multiplier"),
         ({"BACKOFF": {"strategy": None}}, "BACKOFF strategy must be one of"),
         ({"EAGER": "0"}, "EAGER must be True or False, not '0'"),
+        ({"SENTRY_CRONS": "false"}, "SENTRY_CRONS must be True or False, not 'false'"),
         ({"ASYNC_CONCURRENCY": 0}, "ASYNC_CONCURRENCY must be a whole number from 1 to 10,000"),
         ({"ASYNC_CONCURRENCY": "5"}, "ASYNC_CONCURRENCY must be a whole number"),
     ],
