@@ -139,6 +139,19 @@ def database_problems(settings, job_alias: str | None = None) -> list[tuple[str,
                 "jobs.E009",
             )
         )
+    elif not router.allow_migrate_model(DEFAULT_DB_ALIAS, Job):
+        found.append(
+            (
+                "DATABASE_ROUTERS keep jobsite's tables out of the "
+                f"{DEFAULT_DB_ALIAS!r} database (allow_migrate is False for the jobs app): "
+                "migrate would record its migrations without creating the tables, and every "
+                "statement would fail with 'no such table'.",
+                "Let allow_migrate return None (or True) for the jobs and dashboard apps on "
+                "the default database, then run migrate.",
+                "settings.DATABASE_ROUTERS",
+                "jobs.E009",
+            )
+        )
     if not settings.USE_TZ:
         found.append(
             (

@@ -174,3 +174,18 @@ def test_job_tables_routed_to_another_database_are_refused():
     [(problem, hint, _, check_id)] = database_problems(settings, job_alias="jobsdb")
     assert check_id == "jobs.E009" and "'jobsdb'" in problem
     assert database_problems(settings) == []
+
+
+class KeepsJobsOut:
+    def allow_migrate(self, db, app_label, **hints):
+        return False if app_label in ("jobs", "dashboard") else None
+
+
+def test_job_tables_kept_out_of_the_default_database_by_allow_migrate_are_refused():
+    with override_settings(DATABASE_ROUTERS=["tests.test_backend_options.KeepsJobsOut"]):
+        [(problem, hint, _, check_id)] = database_problems(settings)
+        assert check_id == "jobs.E009" and "allow_migrate is False" in problem
+        assert "run migrate" in hint
+        with pytest.raises(CommandError, match="allow_migrate is False"):
+            call_command("worker", "--burst")
+    assert database_problems(settings) == []
