@@ -3,6 +3,7 @@ settling orphaned continuations (what every worker runs on its heartbeat), and p
 finished jobs (`manage.py prune`)."""
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -94,6 +95,12 @@ def forget_lost_nodes(days: int = 1) -> int:
 # Dead letters wait for an operator: they are pruned only when named explicitly.
 DEFAULT_PRUNE_STATES = (JobState.SUCCEEDED, JobState.CANCELLED)
 PRUNE_BATCH_SIZE = 1000
+# SQLite: after each batch, prune_jobs leaves the database's one write lock free at least this
+# long (and as long as the batch held it, up to PRUNE_PAUSE_MAX). A writer waiting on the lock
+# retries every 100 ms once it has waited a while (SQLite's busy handler), so without a pause
+# the next batch took the lock back before it and a web enqueue waited out the whole prune.
+PRUNE_PAUSE_MIN = 0.1
+PRUNE_PAUSE_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +167,10 @@ def prune_jobs(
     )
     matched = eligible.count()
     deleted = 0
+    # Without row locks, one batch at a time holds the whole database (see PRUNE_PAUSE_MIN).
+    share_the_lock = not db.engine().locks_rows
     while not dry_run:
+        began = time.monotonic()
         # One short transaction per batch, so workers and the console are never held up long.
         with transaction.atomic():
             ids = list(
@@ -178,6 +188,8 @@ def prune_jobs(
             matched = deleted + eligible.count()
         if progress:
             progress(deleted, matched)
+        if share_the_lock:
+            time.sleep(min(max(time.monotonic() - began, PRUNE_PAUSE_MIN), PRUNE_PAUSE_MAX))
     return PruneResult(
         states=states, cutoff=cutoff, matched=matched, deleted=deleted, dry_run=dry_run
     )

@@ -190,3 +190,41 @@ def test_lifetime_counters_do_not_drop_when_jobs_are_pruned():
 
     assert remaining() == set()
     assert CounterDelta.objects.totals() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_another_writer_gets_the_lock_between_batches():
+    import sqlite3
+    import threading
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's one write lock; PostgreSQL locks rows")
+    for _ in range(10):
+        old(JobState.SUCCEEDED)
+    events = []
+
+    def another_writer():
+        # Another process's write (a web enqueue) arriving while the prune runs.
+        other = sqlite3.connect(connection.settings_dict["NAME"], timeout=30)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("UPDATE jobs_counterdelta SET value = value WHERE 0")
+            other.commit()
+            events.append("the other writer")
+        finally:
+            other.close()
+
+    writer = threading.Thread(target=another_writer)
+
+    def progress(deleted, matched):
+        events.append(deleted)
+        if deleted == 1:
+            writer.start()
+
+    prune_jobs(timedelta(days=7), batch_size=1, progress=progress)
+    writer.join()
+
+    # It wrote in the first pause, not after the prune had taken every batch.
+    assert events.index("the other writer") < events.index(5), events
