@@ -49,6 +49,20 @@ def check_timing(app_configs=None, **kwargs):
     ]
 
 
+# The README section describing an option, where it is not "Defining and enqueuing tasks".
+_README_SECTIONS = {
+    "ASYNC_CONCURRENCY": "Many `async def` jobs at once",
+    "EAGER": "Testing your own tasks",
+    "SENTRY_CRONS": "Sentry",
+}
+
+
+def _option_hint(problem: str) -> str:
+    option = problem.split(" ", 1)[0]
+    section = _README_SECTIONS.get(option, "Defining and enqueuing tasks")
+    return f'See the option in the README\'s "{section}".'
+
+
 @checks.register(checks.Tags.compatibility)
 def check_plain_options(app_configs=None, **kwargs):
     from .backend import JobsBackend
@@ -63,7 +77,7 @@ def check_plain_options(app_configs=None, **kwargs):
         found += [
             checks.Error(
                 problem,
-                hint='See the options in the README\'s "Defining and enqueuing tasks".',
+                hint=_option_hint(problem),
                 obj=where,
                 id="jobs.E005",
             )

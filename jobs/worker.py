@@ -138,6 +138,15 @@ class Worker:
                 " (burst)" if self.config.burst else "",
                 extra={"event": "worker_started"},
             )
+            for name in self.config.queues:
+                if "," in name:
+                    # Valid as one name, but most likely meant as a list (as other tools take).
+                    logger.warning(
+                        "--queue %r is one queue, whose name has a comma in it; for several "
+                        "queues repeat --queue (--queue %s)",
+                        name,
+                        " --queue ".join(part.strip() for part in name.split(",")),
+                    )
             self._loop()
         finally:
             try:

@@ -1,7 +1,9 @@
 """jobs.backend_options: a backend's plain OPTIONS, each bad one a check error and a worker's
 refusal, never a traceback in every process that touches the backend."""
 
+import re
 import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +25,9 @@ from tests import tasks
 @task()
 def no_backoff_of_its_own():
     pass
+
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
 def with_options(**options):
@@ -55,6 +60,9 @@ def test_a_bad_option_is_a_check_error_and_the_backend_still_works_on_the_defaul
     with with_options(**options):
         [error] = check_plain_options()
         assert error.id == "jobs.E005" and named in error.msg
+        # The hint names the README section that describes the option.
+        section = error.hint.split('"')[1]
+        assert re.search(rf"^#+ {re.escape(section)}", README, re.MULTILINE), error.hint
         backend = task_backends["default"]
         assert backend.default_backoff == retry.policy_from_setting(None) or "BACKOFF" not in (
             options

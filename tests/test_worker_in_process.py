@@ -57,6 +57,20 @@ def test_a_burst_runs_every_due_job_then_stops(run_in_process):
     assert node.stopped_at is not None and node.jobs_processed == 5
 
 
+def test_a_queue_name_with_a_comma_is_served_as_one_name_and_the_log_says_so(
+    run_in_process, caplog
+):
+    listed = tasks.add.using(queue_name="a,b").enqueue(1, 1)
+    other = tasks.add.using(queue_name="a").enqueue(2, 2)
+
+    run_in_process(burst=True, queues=["a,b"])
+
+    assert Job.objects.get(id=listed.id).state == JobState.SUCCEEDED
+    assert Job.objects.get(id=other.id).state == JobState.PENDING
+    assert "--queue 'a,b' is one queue" in caplog.text
+    assert "(--queue a --queue b)" in caplog.text
+
+
 def test_a_failing_job_is_retried_until_it_succeeds(run_in_process):
     result = tasks.flaky.enqueue("in-process")
 
