@@ -25,15 +25,26 @@ def test_a_worker_on_a_database_without_its_tables_says_to_migrate(scratch_datab
 
 
 @pytest.mark.django_db
-def test_a_worker_on_a_database_missing_a_migration_names_it(scratch_databases, manage):
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker", "--burst"],
+        ["enqueue", "tests.tasks.add", "1", "2"],
+        ["prune_jobs", "--older-than", "1d"],
+    ],
+)
+def test_a_command_on_a_database_missing_a_migration_names_it(
+    scratch_databases, manage, command
+):
     latest, before = _latest_and_the_one_before()
     url = scratch_databases.create("behind", migrate_to=("jobs", before))
 
-    worker = manage("worker", "--burst", env={"DATABASE_URL": url}, timeout=120)
+    proc = manage(*command, env={"DATABASE_URL": url}, timeout=120)
 
-    assert worker.returncode == 1
-    assert worker.stderr.strip() == (
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
         f"CommandError: the database lacks 1 migration(s) this version needs (jobs.{latest}): "
         "run `python manage.py migrate` first"
-    ), worker.stderr
-    assert "Traceback" not in worker.stdout + worker.stderr
+    ), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "Enqueued" not in proc.stdout

@@ -10,11 +10,17 @@ from ..reconnect import first_line
 
 
 @contextmanager
-def database_errors_explained():
+def database_errors_explained(*, migrated=False):
     """A database error inside becomes a CommandError saying what is wrong in one line, and
-    what to do where that is known (migrate), instead of a traceback."""
+    what to do where that is known (migrate), instead of a traceback. `migrated`: first make
+    sure the database holds every migration this code needs (a command that writes jobs must
+    not write them into tables a worker of this version then refuses to run on)."""
     try:
+        if migrated:
+            schema.check_ready()
         yield
+    except schema.SchemaNotReady as not_ready:
+        raise CommandError(str(not_ready)) from None
     except DatabaseError as error:
         raise CommandError(_explained(error)) from None
 

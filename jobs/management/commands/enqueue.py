@@ -106,7 +106,7 @@ class Command(ChecksExplained, BaseCommand):
     def handle(
         self, *_, task_path, task_args, kwargs, queue, run_after, priority, max_attempts, **__
     ):
-        with database_errors_explained():
+        with database_errors_explained(migrated=True):
             self._enqueue(task_path, task_args, kwargs, queue, run_after, priority, max_attempts)
 
     def _enqueue(self, task_path, task_args, kwargs, queue, run_after, priority, max_attempts):

@@ -74,7 +74,7 @@ class Command(ChecksExplained, BaseCommand):
                 self.stdout.write(f"deleted {deleted} of {matched}")
 
         try:
-            with database_errors_explained():
+            with database_errors_explained(migrated=True):
                 result = prune_jobs(
                     older_than,
                     states or DEFAULT_PRUNE_STATES,
