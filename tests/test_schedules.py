@@ -205,6 +205,25 @@ def test_missed_all_enqueues_at_most_100_of_the_most_recent_oldest_first():
     assert decision.missed == 3599 - 100
 
 
+def test_missed_all_catches_up_100_missed_fire_times_whatever_the_grace_holds():
+    decision = plan(spec(every=1, missed="all"), NOW - timedelta(seconds=130), NOW, grace=10)
+    late = [t for t in decision.fire if t < NOW - timedelta(seconds=10)]
+    assert len(late) == schedules.MAX_CATCH_UP
+    assert decision.fire[len(late) :] == [NOW - timedelta(seconds=s) for s in range(10, -1, -1)]
+    assert decision.missed == 130 - len(decision.fire)
+
+
+def test_fire_times_a_worker_was_held_up_for_are_on_time_not_missed():
+    held_since = NOW - timedelta(seconds=40)
+    every_second = spec(every=1, missed="latest")
+    last_fired = held_since - timedelta(seconds=1)
+    decision = plan(every_second, last_fired, NOW, 10, held_since)
+    assert decision.fire == [held_since + timedelta(seconds=s) for s in range(41)]
+    assert decision.missed == 0
+    # Without it they are an outage's, which the policy decides for: the latest one only.
+    assert plan(every_second, last_fired, NOW, 10).fire == [NOW]
+
+
 def test_nothing_is_due_before_the_next_fire_time():
     assert plan(spec(every=60), utc(2026, 6, 1, 12), utc(2026, 6, 1, 12, 0, 59), grace=10) is None
 
@@ -511,6 +530,37 @@ def test_a_worker_stalled_while_firing_a_schedule_holds_up_no_other_workers_tick
         assert "ping" in [f.schedule for f in schedules.tick().fired]
         scheduled = list(Job.objects.values_list("schedule", "scheduled_at"))
         assert len(scheduled) == len(set(scheduled))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fire_times_due_while_a_stalled_worker_held_the_schedule_are_each_enqueued_after():
+    if not db.engine().locks_rows:
+        pytest.skip("PostgreSQL: SQLite takes one write at a time, whatever the rows")
+    fast = {"fast": {"task": "tests.tasks.record", "args": ["fast"], "every": 1}}
+    with with_schedules(fast, SCHEDULE_GRACE_SECONDS=1):
+        schedules.tick()
+        before = Job.objects.filter(schedule="fast").count()
+
+        def stalled(holding):
+            # Another worker stalled inside its fire of "fast" for longer than the grace.
+            Schedule.objects.select_for_update().get(name="fast")
+            holding.set()
+            time.sleep(4)
+
+        with holding_meanwhile(stalled) as errors:
+            held_since = schedules.database_now()
+            while schedules.database_now() < held_since + timedelta(seconds=3.5):
+                assert schedules.tick().fired == []  # held up, it waits for nothing
+                time.sleep(0.2)
+        assert errors == []
+        schedules.tick()
+    fired = sorted(Job.objects.filter(schedule="fast").values_list("scheduled_at", flat=True))[
+        before:
+    ]
+    # Every fire time from the stall on has its job: none passed as missed.
+    assert len(fired) >= 4
+    assert all(b - a == timedelta(seconds=1) for a, b in zip(fired, fired[1:], strict=False))
+    assert Schedule.objects.get(name="fast").missed == 0
 
 
 @pytest.mark.django_db

@@ -33,9 +33,7 @@ def test_a_worker_on_a_database_without_its_tables_says_to_migrate(scratch_datab
         ["prune_jobs", "--older-than", "1d"],
     ],
 )
-def test_a_command_on_a_database_missing_a_migration_names_it(
-    scratch_databases, manage, command
-):
+def test_a_command_on_a_database_missing_a_migration_names_it(scratch_databases, manage, command):
     latest, before = _latest_and_the_one_before()
     url = scratch_databases.create("behind", migrate_to=("jobs", before))
 

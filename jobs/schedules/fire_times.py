@@ -156,31 +156,41 @@ class Plan:
     last_fire_at: datetime
 
 
-def plan(spec: ScheduleSpec, after: datetime, now: datetime, grace: float) -> Plan | None:
+def plan(
+    spec: ScheduleSpec,
+    after: datetime,
+    now: datetime,
+    grace: float,
+    on_time_from: datetime | None = None,
+) -> Plan | None:
     """Which of the fire times in (after, now] to enqueue; None when none is due.
 
-    Fire times within `grace` seconds of now are on time: with no older one due, each is
+    Fire times within `grace` seconds of now are on time, and so are those from `on_time_from`
+    on (a worker ran then, held up by another's stalled fire): with no older one due, each is
     enqueued (a busy worker may tick a little late). An older one means no worker ran for a
     while, and the policy decides for everything that passed meanwhile: `latest` enqueues one
     job, for the most recent fire time (late or on time); `skip` that one only when it is on
-    time; `all`
-    each (the MAX_CATCH_UP most recent late ones, and the on-time ones), oldest first.
+    time; `all` each: the MAX_CATCH_UP most recent late ones, then the on-time ones (at most
+    MAX_CATCH_UP of them too), oldest first.
     """
-    due = fire_times_between(spec, after, now, keep=MAX_CATCH_UP + 1)
-    if not due.count:
-        return None
     cutoff = now - timedelta(seconds=grace)
-    on_time = [t for t in due.recent if t >= cutoff]
-    late = [t for t in due.recent if t < cutoff]
-    outage = due.count > len(on_time)
-    if not outage:
-        fire = on_time
+    if on_time_from is not None:
+        cutoff = min(cutoff, on_time_from)
+    # Counted apart, so that on-time fire times never take the place of late ones.
+    late = fire_times_between(spec, after, min(cutoff, now) - ONE_MICROSECOND, keep=MAX_CATCH_UP)
+    on_time = fire_times_between(spec, max(after, cutoff - ONE_MICROSECOND), now, keep=MAX_CATCH_UP)
+    count = late.count + on_time.count
+    if not count:
+        return None
+    recent = late.recent + on_time.recent
+    if not late.count:
+        fire = on_time.recent
     elif spec.missed == "skip":
         # The fire times within the grace passed while no worker ran too: only the last, as
         # if on time (a tick's own lateness), never more than `latest` enqueues.
-        fire = on_time[-1:]
+        fire = on_time.recent[-1:]
     elif spec.missed == "latest":
-        fire = due.recent[-1:]
+        fire = recent[-1:]
     else:
-        fire = late[-MAX_CATCH_UP:] + on_time
-    return Plan(fire=fire, missed=due.count - len(fire), last_fire_at=due.recent[-1])
+        fire = recent
+    return Plan(fire=fire, missed=count - len(fire), last_fire_at=recent[-1])

@@ -2,7 +2,7 @@
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import F
@@ -37,6 +37,13 @@ class Tick:
 
 # Ticking this long after a fire time makes sure the database's clock has passed it.
 TICK_MARGIN = 0.005
+# Per schedule this process found held by another worker's fire (locked): the schedule's
+# last_fire_at then, and the moment from which its fire times count as on time. Those that fall
+# due while a stalled worker holds the row passed with workers running, so the `missed` policy
+# (fire times that passed while no worker ran) is not theirs: once the row is free they fire,
+# each, as on-time ones do.
+_held_up: dict[str, tuple[datetime, datetime]] = {}
+
 # A schedule back in the settings after being gone longer than this (or the grace, if longer)
 # starts over; a shorter absence is a deploy rolling out, its older workers still without it.
 MIN_ABSENCE = 5.0
@@ -70,11 +77,15 @@ def tick(backend=None) -> Tick:
         if row.expression != spec.expression:
             _restart(row, spec, now)
             continue
-        decision = plan(spec, row.last_fire_at, now, grace)
+        decision = plan(spec, row.last_fire_at, now, grace, on_time_from=_on_time_from(row))
         if decision is None:
             continue
         try:
             won = fire(spec, row, decision, backend)
+            if won is None:  # held by another worker's fire, maybe stalled in it
+                _held_up.setdefault(name, (row.last_fire_at, now - timedelta(seconds=grace)))
+                continue
+            _held_up.pop(name, None)
         except (OperationalError, InterfaceError):
             raise  # the database is away: the caller reconnects and ticks again
         except Exception as e:  # one broken schedule must not stop the others, nor the worker
@@ -85,6 +96,18 @@ def tick(backend=None) -> Tick:
             fired.append(result)
             _log(result)
     return Tick(fired, max(TICK_MARGIN, next_in))
+
+
+def _on_time_from(row) -> datetime | None:
+    """Since when this process saw `row` held up by another worker's fire (None: it did not,
+    or that worker has fired since: the row moved on)."""
+    held = _held_up.get(row.name)
+    if held is None:
+        return None
+    if held[0] != row.last_fire_at:
+        del _held_up[row.name]
+        return None
+    return held[1]
 
 
 def rows_for(specs, now, known=None):
@@ -199,8 +222,9 @@ def _restart(row, spec, now):
     )
 
 
-def fire(spec, row, decision: Plan, backend) -> bool:
-    """Move last_fire_at forward and insert the jobs, in one transaction; False if we lost.
+def fire(spec, row, decision: Plan, backend) -> bool | None:
+    """Move last_fire_at forward and insert the jobs, in one transaction; False if we lost,
+    None if another worker holds the row (it is firing the schedule, or stalled doing so).
 
     `row` is the Schedule row as this worker read it: the compare-and-set on its
     last_fire_at lets one worker win each fire time, and the jobs' unique constraint on
@@ -218,8 +242,9 @@ def fire(spec, row, decision: Plan, backend) -> bool:
         if db.engine().locks_rows and not unchanged.select_for_update(skip_locked=True).exists():
             # Another worker is firing it now (or has just fired it): never wait for it. One
             # that stalled inside its transaction must not hold up every other worker's tick,
-            # and with it their claims and heartbeats, until its transaction ends.
-            return False
+            # and with it their claims and heartbeats, until its transaction ends. Still as
+            # read, it is held (None); else another worker has fired it (False).
+            return None if unchanged.exists() else False
         won = unchanged.update(
             last_fire_at=decision.last_fire_at,
             fires=F("fires") + len(decision.fire),
