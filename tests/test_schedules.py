@@ -283,9 +283,23 @@ def test_a_bad_schedule_is_refused_with_a_clear_message(entry, message):
     assert message in str(caught.value)
 
 
-def test_a_bad_schedule_name_is_refused():
+@pytest.mark.parametrize("name", ["no/slash", "a\n", "", "-dash-first", "x" * 101])
+def test_a_bad_schedule_name_is_refused(name):
     with pytest.raises(ScheduleError, match="schedule name"):
-        schedules.parse("no/slash", {"task": "tests.tasks.record", "every": 5}, backend())
+        schedules.parse(name, {"task": "tests.tasks.record", "every": 5}, backend())
+
+
+def test_every_change_of_an_interval_changes_its_expression_and_the_short_form_stays():
+    def expression(every):
+        return spec(every=every).expression
+
+    assert expression(30) == "every 30"  # as earlier versions stored it
+    assert expression(1_000_000) == "every 1e+06"
+    assert expression(1_000_001) == "every 1000001"
+    assert expression(100000.2) != expression(100000.4)
+    assert schedules.describe_every(1_000_001) == "Every 1,000,001 seconds"
+    assert schedules.describe_every(100000.4) == "Every 100000.4 seconds"
+    assert schedules.describe_every(2.5) == "Every 2.5 seconds"
 
 
 @pytest.mark.django_db

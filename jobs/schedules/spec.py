@@ -31,7 +31,7 @@ MISSED_POLICIES = ("latest", "skip", "all")
 # while no worker could fire them, and the `missed` policy decides. Overridable with the
 # backend option SCHEDULE_GRACE_SECONDS.
 DEFAULT_GRACE_SECONDS = 10.0
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 class ScheduleError(ValueError):
@@ -81,7 +81,7 @@ class ScheduleSpec:
         """What the fire times are computed from; a change of it restarts the schedule."""
         if self.cron is not None:
             return f"cron {self.cron} {self.timezone}"
-        return f"every {self.every:g}"
+        return f"every {_exact(self.every)}"
 
     def describe(self) -> str:
         """The fire times in words: "At 03:00 every day (Europe/Paris)", "Every 30 seconds"."""
@@ -99,12 +99,24 @@ def describe_every(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             n = int(seconds // size)
             return f"Every {unit}" if n == 1 else f"Every {n} {unit}s"
-    return "Every second" if seconds == 1 else f"Every {seconds:g} seconds"
+    if seconds == 1:
+        return "Every second"
+    shown = f"{int(seconds):,}" if seconds == int(seconds) else repr(float(seconds))
+    return f"Every {shown} seconds"
+
+
+def _exact(seconds: float) -> str:
+    """`seconds` in as few digits as name it exactly ("30", "1e+06", "1000001", "0.25"): the
+    short form earlier versions stored wherever it is exact, so their rows still match."""
+    short = f"{seconds:g}"
+    if float(short) == seconds:
+        return short
+    return str(int(seconds)) if seconds == int(seconds) else repr(float(seconds))
 
 
 def parse(name, raw, backend) -> ScheduleSpec:
     """Validate one entry of SCHEDULES against `backend`; ScheduleError says what is wrong."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise ScheduleError(
             f"schedule name {name!r}: use 1 to 100 letters, digits, '.', '_' or '-' "
             "(starting with a letter or digit)"
