@@ -45,6 +45,19 @@ except ImportError:  # Django < 6.0: the backport.
     from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
     from django_tasks.signals import task_enqueued, task_finished, task_started  # type: ignore[no-redef]
 
+    class _NoEmptyTraceback(logging.Filter):
+        """The backport logs a failed task with `logger.exception`, and jobsite sends
+        task_finished outside the except block (one event, one line: the engine logs the
+        error itself), so with no exception at hand it printed "NoneType: None" on a line of
+        its own. Django 6 passes the exception only when there is one."""
+
+        def filter(self, record):
+            if record.exc_info and record.exc_info[0] is None:
+                record.exc_info = None
+            return True
+
+    logging.getLogger("django_tasks").addFilter(_NoEmptyTraceback())
+
 
 def reaches_anyone(signal, sender, level) -> bool:
     """Whether sending `signal` would do anything: a receiver of the project's listens, or the

@@ -307,7 +307,16 @@ def _ending(claimed: Claimed, ran: Ran, worker_id: str) -> Finish:
             claimed, ran, worker_id, outcome=AttemptOutcome.POISON, reason=DeadLetterReason.POISON
         )
     if ran.kind == RanKind.SNOOZED:
-        if claimed.snoozes - claimed.snoozes_forgiven >= max_snoozes(claimed.backend):
+        allowed = max_snoozes(claimed.backend)
+        if claimed.snoozes - claimed.snoozes_forgiven >= allowed:
+            # Said in the job's error, as any other dead letter's reason is.
+            ran = dataclasses.replace(
+                ran,
+                error_type="SnoozedTooOften",
+                error_message=(
+                    f"snoozed again after {allowed} snoozes, the most MAX_SNOOZES allows"
+                ),
+            )
             return Outcome.dead_letter(
                 claimed,
                 ran,

@@ -431,6 +431,22 @@ def test_eager_mode_retries_through_the_policy_without_waiting():
 
 
 @override_settings(TASKS=EAGER)
+def test_the_framework_s_line_for_a_failed_task_carries_no_empty_traceback(caplog):
+    import logging
+
+    import django
+
+    name = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    with caplog.at_level(logging.INFO, logger=name):
+        tasks.gives_up.enqueue("eager-logged")
+    [failed] = [r for r in caplog.records if r.name == name and r.levelno == logging.ERROR]
+    assert "state=FAILED" in failed.getMessage()
+    # The engine logs the error in one line; the framework's line adds no "NoneType: None".
+    assert not (failed.exc_info and failed.exc_info[0] is None)
+    assert "NoneType" not in caplog.text
+
+
+@override_settings(TASKS=EAGER)
 def test_eager_mode_dead_letters_after_max_attempts():
     result = tasks.always_fails.enqueue("eager-dead")
     job = Job.objects.get(id=result.id)

@@ -86,6 +86,9 @@ def test_past_max_snoozes_the_job_is_dead_lettered_as_snoozed_too_often():
     )
     assert job.snoozes == 2
     assert Attempt.objects.filter(job=job, outcome="snoozed").count() == 3
+    # The dead letter says why, as every other one does.
+    assert job.error_type == "SnoozedTooOften"
+    assert job.error_message == "snoozed again after 2 snoozes, the most MAX_SNOOZES allows"
 
 
 def test_the_job_page_counts_the_snoozes_beside_the_attempts(client, viewer):
