@@ -70,6 +70,9 @@ def read(options) -> Options:
         timing_problems = [str(e)]
     if timing_problems:
         timing = Timing()
+    listen = options.get("LISTEN_DATABASE_URL")
+    if listen not in (None, ""):  # both mean none: the worker listens on its own connection
+        problems.extend(_listen_url_problems(listen))
     eager = _yes_or_no(options, "EAGER", problems)
     sentry_crons = _yes_or_no(options, "SENTRY_CRONS", problems)
     async_concurrency = options.get("ASYNC_CONCURRENCY", DEFAULT_ASYNC_CONCURRENCY)
@@ -99,3 +102,23 @@ def _yes_or_no(options, name, problems) -> bool:
     # job run in the request).
     problems.append(f"{name} must be True or False, not {value!r}")
     return False
+
+
+def _listen_url_problems(url) -> list[str]:
+    """What makes LISTEN_DATABASE_URL unusable before any connection is tried (the worker
+    checks the rest, the server and the pooler, when it starts)."""
+    if not isinstance(url, str) or not url.strip():  # blank: a value that is not a URL
+        return [f"LISTEN_DATABASE_URL must be a PostgreSQL connection URL, not {url!r}"]
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # a SQLite-only install: the worker says psycopg is missing
+        return []
+    try:
+        conninfo_to_dict(url)
+    except Exception as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return [
+            "LISTEN_DATABASE_URL is not a PostgreSQL connection URL such as "
+            f"postgres://user@host:5432/name ({reason})"
+        ]
+    return []

@@ -53,6 +53,7 @@ def check_timing(app_configs=None, **kwargs):
 _README_SECTIONS = {
     "ASYNC_CONCURRENCY": "Many `async def` jobs at once",
     "EAGER": "Testing your own tasks",
+    "LISTEN_DATABASE_URL": "PgBouncer and other transaction-mode poolers",
     "SENTRY_CRONS": "Sentry",
 }
 

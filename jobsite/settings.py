@@ -17,6 +17,19 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+def number_from_environment(name, default, kind=float):
+    """The environment variable `name` as a number (`kind`), or `default` when unset or empty;
+    a value that is not one stops the process naming the variable."""
+    raw = os.environ.get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ImproperlyConfigured(f"{name} must be {what}, not {raw!r}") from None
+
+
 def env_flag(name, default=False):
     value = os.environ.get(name)
     if value is None:
@@ -112,7 +125,9 @@ def database_from_environment():
     # Persistent, health-checked connections: a new PostgreSQL connection per request costs
     # more than most console pages.
     config = dj_database_url.parse(
-        url, conn_max_age=int(os.environ.get("JOBSITE_CONN_MAX_AGE", 60)), conn_health_checks=True
+        url,
+        conn_max_age=number_from_environment("JOBSITE_CONN_MAX_AGE", 60, int),
+        conn_health_checks=True,
     )
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = {
@@ -129,7 +144,7 @@ def database_from_environment():
         config["TEST"] = {"NAME": f"/tmp/jobsite-test-{os.getpid()}.sqlite3"}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {"application_name": "jobsite"}
-        pool_size = int(os.environ.get("JOBSITE_DB_POOL", 0) or 0)
+        pool_size = number_from_environment("JOBSITE_DB_POOL", 0, int)
         if pool_size > 0:
             # Django's own pool (psycopg_pool), up to JOBSITE_DB_POOL connections per process;
             # a pooled connection goes back to the pool at each request's end instead of
@@ -184,13 +199,15 @@ TASKS = {
                 "jitter": 3,
             },
             # Overridable for operations and for tests that exercise recovery quickly.
-            "HEARTBEAT_SECONDS": float(os.environ.get("JOBSITE_HEARTBEAT_SECONDS", 10)),
-            "LEASE_SECONDS": float(os.environ.get("JOBSITE_LEASE_SECONDS", 60)),
-            "CANCEL_GRACE_SECONDS": float(os.environ.get("JOBSITE_CANCEL_GRACE_SECONDS", 10)),
+            "HEARTBEAT_SECONDS": number_from_environment("JOBSITE_HEARTBEAT_SECONDS", 10.0),
+            "LEASE_SECONDS": number_from_environment("JOBSITE_LEASE_SECONDS", 60.0),
+            "CANCEL_GRACE_SECONDS": number_from_environment("JOBSITE_CANCEL_GRACE_SECONDS", 10.0),
             "SCHEDULES": demo_schedules(),
-            "SCHEDULE_GRACE_SECONDS": float(os.environ.get("JOBSITE_SCHEDULE_GRACE_SECONDS", 10)),
+            "SCHEDULE_GRACE_SECONDS": number_from_environment(
+                "JOBSITE_SCHEDULE_GRACE_SECONDS", 10.0
+            ),
             "LIMITS": limits_from_environment(),
-            "MAX_SNOOZES": int(os.environ.get("JOBSITE_MAX_SNOOZES", 100)),
+            "MAX_SNOOZES": number_from_environment("JOBSITE_MAX_SNOOZES", 100, int),
             # A direct connection for the worker's wake-ups when DATABASE_URL names a pooler.
             "LISTEN_DATABASE_URL": os.environ.get("JOBSITE_LISTEN_DATABASE_URL") or None,
         },
@@ -267,12 +284,7 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT")
-try:
-    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
-except ValueError:
-    raise ImproperlyConfigured(
-        "DJANGO_SECURE_HSTS_SECONDS must be a whole number of seconds"
-    ) from None
+SECURE_HSTS_SECONDS = number_from_environment("DJANGO_SECURE_HSTS_SECONDS", 0, int)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
 SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD")
 

@@ -51,6 +51,8 @@ def with_options(**options):
         ({"BACKOFF": {"strategy": None}}, "BACKOFF strategy must be one of"),
         ({"EAGER": "0"}, "EAGER must be True or False, not '0'"),
         ({"SENTRY_CRONS": "false"}, "SENTRY_CRONS must be True or False, not 'false'"),
+        ({"LISTEN_DATABASE_URL": "not a url"}, "LISTEN_DATABASE_URL is not a PostgreSQL"),
+        ({"LISTEN_DATABASE_URL": 5432}, "LISTEN_DATABASE_URL must be a PostgreSQL connection"),
         ({"ASYNC_CONCURRENCY": 0}, "ASYNC_CONCURRENCY must be a whole number from 1 to 10,000"),
         ({"ASYNC_CONCURRENCY": "5"}, "ASYNC_CONCURRENCY must be a whole number"),
     ],

@@ -118,6 +118,24 @@ def test_a_malformed_hsts_duration_is_a_clear_error(monkeypatch):
         settings_under(monkeypatch, {"DJANGO_SECURE_HSTS_SECONDS": "a year"})
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("JOBSITE_LEASE_SECONDS", "abc", "JOBSITE_LEASE_SECONDS must be a number, not 'abc'"),
+        ("JOBSITE_MAX_SNOOZES", "1.5", "JOBSITE_MAX_SNOOZES must be a whole number, not '1.5'"),
+        (
+            "DJANGO_SECURE_HSTS_SECONDS",
+            "a year",
+            "DJANGO_SECURE_HSTS_SECONDS must be a whole number, not 'a year'",
+        ),
+    ],
+)
+def test_a_number_in_the_environment_that_is_not_one_is_named(monkeypatch, name, value, said):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_under(monkeypatch, {name: value})
+    assert str(refused.value) == said
+
+
 def test_check_deploy_is_clean_with_the_documented_production_environment(subprocess_env):
     proc = run(
         ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
