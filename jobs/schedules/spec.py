@@ -81,7 +81,7 @@ class ScheduleSpec:
         """What the fire times are computed from; a change of it restarts the schedule."""
         if self.cron is not None:
             return f"cron {self.cron} {self.timezone}"
-        return f"every {_exact(self.every)}"
+        return f"every {_exact(self.period)}"
 
     def describe(self) -> str:
         """The fire times in words: "At 03:00 every day (Europe/Paris)", "Every 30 seconds"."""
