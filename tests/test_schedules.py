@@ -517,6 +517,18 @@ def test_the_next_tick_is_due_at_the_next_fire_time_and_at_most_a_second_away():
         assert schedules.tick().next_in == schedules.TICK_SECONDS
 
 
+def stalled_firing(name, seconds):
+    """For holding_meanwhile: another worker stalled (a pause, a frozen VM) for `seconds` inside
+    its fire of schedule `name`, holding the schedule's row."""
+
+    def stalled(holding):
+        Schedule.objects.select_for_update().get(name=name)
+        holding.set()
+        time.sleep(seconds)
+
+    return stalled
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_stalled_while_firing_a_schedule_holds_up_no_other_workers_tick():
     if not db.engine().locks_rows:
@@ -527,13 +539,7 @@ def test_a_worker_stalled_while_firing_a_schedule_holds_up_no_other_workers_tick
         rewind("ping", 4)
         rewind("pong", 4)
 
-        def stalled(holding):
-            # Another worker, inside its fire of "ping", stalled (a pause, a frozen VM).
-            Schedule.objects.select_for_update().get(name="ping")
-            holding.set()
-            time.sleep(3)
-
-        with holding_meanwhile(stalled) as errors:
+        with holding_meanwhile(stalled_firing("ping", 3)) as errors:
             started = time.monotonic()
             fired = schedules.tick().fired
             waited = time.monotonic() - started
@@ -555,13 +561,8 @@ def test_fire_times_due_while_a_stalled_worker_held_the_schedule_are_each_enqueu
         schedules.tick()
         before = Job.objects.filter(schedule="fast").count()
 
-        def stalled(holding):
-            # Another worker stalled inside its fire of "fast" for longer than the grace.
-            Schedule.objects.select_for_update().get(name="fast")
-            holding.set()
-            time.sleep(4)
-
-        with holding_meanwhile(stalled) as errors:
+        # Another worker stalls inside its fire of "fast" for longer than the grace.
+        with holding_meanwhile(stalled_firing("fast", 4)) as errors:
             held_since = schedules.database_now()
             while schedules.database_now() < held_since + timedelta(seconds=3.5):
                 assert schedules.tick().fired == []  # held up, it waits for nothing
