@@ -13,7 +13,7 @@ import signal
 import time
 import uuid
 
-from django.db import DataError, connection
+from django.db import DEFAULT_DB_ALIAS, DataError, connection, connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
@@ -29,6 +29,7 @@ from . import (
 )
 from . import outcome as oc
 from .compat import task_backends
+from .db.unpooled import unpooled_connection
 from .errors import JobCancelled
 from .errortext import for_log
 from .limits import LimitsCache
@@ -102,10 +103,12 @@ class Worker:
         # Slack for the executors: they must have stopped before another worker may recover.
         self.lease_margin = min(1.0, config.heartbeat_seconds / 2)
         self.log = WorkerLog(config.log_format)
+        self.pooled_connection = None  # Django's, put aside while run() works on its own
 
     # --- lifecycle --------------------------------------------------------------------------
 
     def run(self) -> int:
+        self._own_connection()
         connection_created.connect(self._session_limits, weak=False)
         if connection.connection is not None:
             self._session_limits(None, connection)
@@ -164,10 +167,26 @@ class Worker:
         self.poll_interval = self.config.poll_interval or (1.0 if self.listener else 0.1)
         return True
 
+    def _own_connection(self):
+        """With Django's connection pool (OPTIONS["pool"]), work on one connection of its own
+        outside it. A pool gives one long-lived thread nothing, and in an outage a call waits
+        inside it (psycopg_pool's timeout, 30 s, and its reconnect back-off) rather than
+        failing: a worker back late that way found its jobs recovered by another worker,
+        which returned sooner and had waited its hold (reconnect delay + heartbeat), and a job
+        that had finished during the outage ran again."""
+        if connection.settings_dict.get("OPTIONS", {}).get("pool"):
+            self.pooled_connection = connections[DEFAULT_DB_ALIAS]
+            connections[DEFAULT_DB_ALIAS] = unpooled_connection(DEFAULT_DB_ALIAS)
+
     def _restore_process(self):
-        """Put back what run() changed in the process: signal handlers, connection hooks."""
+        """Put back what run() changed in the process: signal handlers, connection hooks, the
+        pooled connection."""
         self.signals.restore()
         connection_created.disconnect(self._session_limits)
+        if self.pooled_connection is not None:
+            reset_connection()
+            connections[DEFAULT_DB_ALIAS] = self.pooled_connection
+            self.pooled_connection = None
 
     def _loop(self):
         while True:

@@ -665,6 +665,35 @@ def test_an_outage_longer_than_the_lease_runs_no_job_that_finished_during_it_aga
     assert_nothing_running()
 
 
+@pytest.mark.slow
+def test_a_worker_on_djangos_pool_tries_the_database_again_without_waiting_in_the_pool(
+    fast_leases, spawn_worker, subprocess_env
+):
+    skip_unless_postgres()
+    from jobs.db.pooler import is_pooled
+
+    if is_pooled(connection):
+        pytest.skip("a transaction pooler keeps its server sessions through the cut-off")
+    subprocess_env["JOBSITE_DB_POOL"] = "3"
+    worker = spawn_worker("--concurrency", "1")
+    wait_started(worker)
+    cut_off(True)
+    try:
+        terminate_worker_connections()
+        # Each try fails at once and the next follows within its reconnect delay (at most
+        # 5 s); a pooled connection would wait psycopg_pool's 30 s inside the pool each time.
+        wait_for(
+            lambda: worker.output().count("database unavailable") >= 3,
+            timeout=20,
+            what="three tries of the database",
+        )
+    finally:
+        cut_off(False)
+    wait_for(lambda: worker.logged("database reachable again"), timeout=30, what="the worker back")
+    stop_cleanly(worker)
+    assert_nothing_running()
+
+
 def test_worker_whose_idle_connection_was_cut_still_marks_its_node_stopped(spawn_worker):
     skip_unless_postgres()
     from jobs.db.pooler import is_pooled
