@@ -129,7 +129,10 @@ class Worker:
             # Inside the try: whatever fails from here on, the executors are stopped.
             self.supervisor.start_all(self.config.concurrency)
             self._with_db(self._register)
-            queues = ", ".join(self.config.queues) or "all queues"
+            names = self.config.queues
+            if any("," in name or name != name.strip() for name in names):
+                names = [repr(name) for name in names]  # "a, b" is one queue, not two
+            queues = ", ".join(names) or "all queues"
             logger.info(
                 "worker %s started: %s, concurrency %d (async %d each), %s database, pid %d%s",
                 self.worker_id,

@@ -300,6 +300,9 @@ def test_every_change_of_an_interval_changes_its_expression_and_the_short_form_s
     assert schedules.describe_every(1_000_001) == "Every 1,000,001 seconds"
     assert schedules.describe_every(100000.4) == "Every 100000.4 seconds"
     assert schedules.describe_every(2.5) == "Every 2.5 seconds"
+    assert schedules.describe_every(1_000_020) == "Every 16,667 minutes"
+    assert spec(every=1.0001).every_text == "1.0001"
+    assert spec(every=30).every_text == "30"
 
 
 @pytest.mark.django_db

@@ -67,6 +67,7 @@ def test_a_queue_name_with_a_comma_is_served_as_one_name_and_the_log_says_so(
 
     assert Job.objects.get(id=listed.id).state == JobState.SUCCEEDED
     assert Job.objects.get(id=other.id).state == JobState.PENDING
+    assert "started: 'a,b', concurrency" in caplog.text
     assert "--queue 'a,b' is one queue" in caplog.text
     assert "(--queue a --queue b)" in caplog.text
 

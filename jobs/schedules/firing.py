@@ -300,7 +300,7 @@ def _log(result: Fired):
     if result.missed:
         logger.warning(
             "schedule %s: %d fire time(s) passed before any worker could fire them (none ran, "
-            "or the database or a stalled worker held them up); not enqueued",
+            "or the database was away); not enqueued",
             result.schedule,
             result.missed,
         )

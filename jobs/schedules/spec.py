@@ -83,6 +83,12 @@ class ScheduleSpec:
             return f"cron {self.cron} {self.timezone}"
         return f"every {_exact(self.period)}"
 
+    @property
+    def every_text(self) -> str:
+        """The interval's seconds as written, for display ("30", "1000001", "1.1")."""
+        seconds = self.period
+        return str(int(seconds)) if seconds == int(seconds) else repr(seconds)
+
     def describe(self) -> str:
         """The fire times in words: "At 03:00 every day (Europe/Paris)", "Every 30 seconds"."""
         if self.every is not None:
@@ -98,7 +104,7 @@ def describe_every(seconds: float) -> str:
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size and seconds % size == 0:
             n = int(seconds // size)
-            return f"Every {unit}" if n == 1 else f"Every {n} {unit}s"
+            return f"Every {unit}" if n == 1 else f"Every {n:,} {unit}s"
     if seconds == 1:
         return "Every second"
     shown = f"{int(seconds):,}" if seconds == int(seconds) else repr(float(seconds))
