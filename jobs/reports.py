@@ -28,6 +28,7 @@ from django.db import DEFAULT_DB_ALIAS
 from . import attempt_log
 from .db import reports as db_reports
 from .db.unpooled import unpooled_connection
+from .reconnect import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +246,7 @@ class LiveWriter:
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._asked: list = []  # called once the writes asked for by `write_all_now` are done
+        self._failing = False  # the last write failed (said once until one succeeds)
 
     def watch(self, report):
         with self._lock:
@@ -280,18 +282,30 @@ class LiveWriter:
             for _ in range(tries):
                 try:
                     held = db_reports.write_on(self._connection(), write)
-                except Exception:
-                    logger.warning(
-                        "could not write the progress and log lines of job %s; will retry",
-                        report.job_id,
-                        exc_info=True,
-                    )
+                except Exception as e:
+                    self._failed(report, e)
                     self._drop_connection()
                     continue
+                if self._failing:
+                    self._failing = False
+                    logger.info("progress and log lines are written again")
                 report.written(write, held)
                 self._last_write = time.monotonic()
                 return
             report.unwritten(write)
+
+    def _failed(self, report, error):
+        # Once per outage, in one line: a write is tried every second for every running job.
+        if self._failing:
+            logger.debug("could not write the progress and log lines of job %s", report.job_id)
+            return
+        self._failing = True
+        logger.warning(
+            "could not write the progress and log lines of job %s (%s); will retry, quietly "
+            "until a write succeeds",
+            report.job_id,
+            first_line(error),
+        )
 
     def close(self):
         """Close the writer's connection (a later write opens a new one)."""

@@ -220,3 +220,31 @@ def test_lines_go_on_to_the_task_logger_as_before_where_its_level_lets_them(capl
     assert kept[:2] == [("INFO", "kept only"), ("WARNING", "kept and passed on too")]
     assert kept[2][0] == "ERROR" and kept[2][1].startswith("failed\nTraceback")
     assert "ValueError: boom" in kept[2][1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writes_that_keep_failing_are_logged_once_in_a_line_until_one_succeeds(
+    live_writer, monkeypatch, caplog
+):
+    job = make_job(JobState.RUNNING)
+    report = report_for(job, live_writer)
+    written = reports.db_reports.write_on
+
+    def refused(conn, write):
+        raise OSError("connection refused\nwith details on a second line")
+
+    monkeypatch.setattr(reports.db_reports, "write_on", refused)
+    with caplog.at_level("DEBUG", logger="jobs.reports"):
+        for step in range(1, 6):  # a second's flush each, through an outage
+            report.progress(step, 10)
+            live_writer.flush(report)
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1 and warnings[0].exc_info is None
+        assert "(connection refused)" in warnings[0].getMessage()
+
+        monkeypatch.setattr(reports.db_reports, "write_on", written)
+        report.progress(6, 10)
+        live_writer.flush(report)
+    assert "written again" in caplog.records[-1].getMessage()
+    job.refresh_from_db()
+    assert job.progress["done"] == 6
