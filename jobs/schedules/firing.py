@@ -83,7 +83,12 @@ def tick(backend=None) -> Tick:
         try:
             won = fire(spec, row, decision, backend)
             if won is None:  # held by another worker's fire, maybe stalled in it
-                _held_up.setdefault(name, (row.last_fire_at, now - timedelta(seconds=grace)))
+                # From the fire times this tick would have fired (a late tick's too), or the
+                # grace's start: what falls due from then on passed with this worker running.
+                since = now - timedelta(seconds=grace)
+                if decision.fire:
+                    since = min(since, decision.fire[0])
+                _held_up.setdefault(name, (row.last_fire_at, since))
                 continue
             _held_up.pop(name, None)
         except (OperationalError, InterfaceError):
