@@ -177,7 +177,7 @@ def plan(
     if on_time_from is not None:
         cutoff = min(cutoff, on_time_from)
     # Counted apart, so that on-time fire times never take the place of late ones.
-    late = fire_times_between(spec, after, min(cutoff, now) - ONE_MICROSECOND, keep=MAX_CATCH_UP)
+    late = fire_times_between(spec, after, cutoff - ONE_MICROSECOND, keep=MAX_CATCH_UP)
     on_time = fire_times_between(spec, max(after, cutoff - ONE_MICROSECOND), now, keep=MAX_CATCH_UP)
     count = late.count + on_time.count
     if not count:

@@ -86,8 +86,7 @@ class ScheduleSpec:
     @property
     def every_text(self) -> str:
         """The interval's seconds as written, for display ("30", "1000001", "1.1")."""
-        seconds = self.period
-        return str(int(seconds)) if seconds == int(seconds) else repr(seconds)
+        return _seconds_text(self.period)
 
     def describe(self) -> str:
         """The fire times in words: "At 03:00 every day (Europe/Paris)", "Every 30 seconds"."""
@@ -107,17 +106,22 @@ def describe_every(seconds: float) -> str:
             return f"Every {unit}" if n == 1 else f"Every {n:,} {unit}s"
     if seconds == 1:
         return "Every second"
-    shown = f"{int(seconds):,}" if seconds == int(seconds) else repr(float(seconds))
-    return f"Every {shown} seconds"
+    return f"Every {_seconds_text(seconds, grouped=True)} seconds"
+
+
+def _seconds_text(seconds: float, *, grouped: bool = False) -> str:
+    """Every digit of `seconds`: a whole number without a decimal point ("1,000,001" when
+    `grouped`), any other as Python writes it back exactly ("100000.4")."""
+    if seconds != int(seconds):
+        return repr(float(seconds))
+    return f"{int(seconds):,}" if grouped else str(int(seconds))
 
 
 def _exact(seconds: float) -> str:
     """`seconds` in as few digits as name it exactly ("30", "1e+06", "1000001", "0.25"): the
     short form earlier versions stored wherever it is exact, so their rows still match."""
     short = f"{seconds:g}"
-    if float(short) == seconds:
-        return short
-    return str(int(seconds)) if seconds == int(seconds) else repr(float(seconds))
+    return short if float(short) == seconds else _seconds_text(seconds)
 
 
 def parse(name, raw, backend) -> ScheduleSpec:
