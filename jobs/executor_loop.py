@@ -32,6 +32,7 @@ from collections import deque
 from . import forked
 from .errors import CANCELLED_BY_OPERATOR, JobCancelled, JobTimeout
 from .errortext import for_log
+from .pool.wire import Inbox
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class ExecutorLoop:
 
     def __init__(self, conn, status, taking, stop_flag, worker_id, *, codecs, dumps, tidy):
         self.conn, self.status, self.taking = conn, status, taking
+        self.inbox = Inbox(conn)
         self.stop_flag, self.worker_id = stop_flag, worker_id
         self.job_codec, self.ran_codec = codecs
         self.dumps, self.tidy = dumps, tidy
@@ -137,7 +139,7 @@ class ExecutorLoop:
 
         while True:
             try:
-                message = pickle.loads(self.conn.recv_bytes())
+                message = pickle.loads(self.inbox.next())
             except (EOFError, OSError):
                 return
             if message is None:

@@ -5,10 +5,12 @@ import threading
 import time
 from multiprocessing import Pipe
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.pool.wire import Channel, _framed, _messages
+from jobs.pool import wire
+from jobs.pool.wire import Channel, Inbox, _framed, _messages
 
 
 def test_messages_read_in_pieces_come_out_whole_and_in_order():
@@ -39,13 +41,39 @@ def test_an_incomplete_message_stays_for_the_rest():
 def test_jobs_framed_by_the_worker_are_read_by_the_child_one_by_one():
     ours, theirs = Pipe()
     os.write(ours.fileno(), b"".join(_framed(m) for m in (b"one", b"", b"three")))
-    assert [theirs.recv_bytes() for _ in range(3)] == [b"one", b"", b"three"]
+    inbox = Inbox(theirs)
+    assert [inbox.next() for _ in range(3)] == [b"one", b"", b"three"]
+
+
+def test_the_child_reads_jobs_written_together_in_one_read(monkeypatch):
+    ours, theirs = Pipe()
+    os.write(ours.fileno(), b"".join(_framed(b"job %d" % n) for n in range(8)))
+    reads, real_read = [], os.read
+    monkeypatch.setattr(wire.os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    inbox = Inbox(theirs)
+    assert [inbox.next() for _ in range(8)] == [b"job %d" % n for n in range(8)]
+    assert len(reads) == 1
+
+
+def test_the_child_waits_for_the_rest_of_a_job_larger_than_the_pipe_and_sees_a_close():
+    ours, theirs = Pipe()
+    job = bytes(range(256)) * 10_000  # 2.5 MB: many pipe buffers
+    writer = threading.Thread(target=ours.send_bytes, args=(job,))
+    writer.start()
+    inbox = Inbox(theirs)
+    assert inbox.next() == job
+    writer.join(10)
+    os.write(ours.fileno(), _framed(b"cut short")[:-3])
+    ours.close()
+    with pytest.raises(EOFError):
+        inbox.next()
 
 
 def _echo_child(conn, reply_sizes):
     """An executor's side: read a job (blocking), then write its outcome (blocking)."""
+    inbox = Inbox(conn)
     for size in reply_sizes:
-        message = conn.recv_bytes()
+        message = inbox.next()
         conn.send_bytes(message[:8] + b"r" * size)
     conn.close()
 

@@ -4,6 +4,7 @@ The worker sends one job per message; the child sends each outcome back the mome
 attempt ends. Both travel as flat lists of plain values (`_Flat`), pickled.
 """
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -85,6 +86,31 @@ class Channel:
         )
 
 
+class Inbox:
+    """The executor's end of the pipe, reading: one message at a time, in the order sent.
+
+    Read in bulk: one read takes every message that has arrived (the worker writes the jobs
+    queued behind a running one together), where reading each message's length and then its
+    bytes took two system calls a message. A message read here is no nearer to running than
+    one still in the pipe: whether it starts is decided when its turn comes, as before.
+    """
+
+    def __init__(self, conn):
+        self.fd = conn.fileno()
+        self._buffer = bytearray()
+        self._messages: collections.deque[bytes] = collections.deque()
+
+    def next(self) -> bytes:
+        """The next message, waiting for it; EOFError once the other end closed."""
+        while not self._messages:
+            data = os.read(self.fd, max(READ_SIZE, _missing(self._buffer)))
+            if not data:
+                raise EOFError
+            self._buffer += data
+            self._messages.extend(_messages(self._buffer))
+        return self._messages.popleft()
+
+
 # Jobs queued behind a running one are written to its executor this many at a time.
 SEND_EVERY = 8
 # Bytes read from an executor's pipe at once: hundreds of outcomes of short jobs.
@@ -111,6 +137,21 @@ def _messages(buffer: bytearray) -> list[bytes]:
         start += header + size
     del buffer[:start]
     return messages
+
+
+def _missing(buffer: bytearray) -> int:
+    """How many bytes the first message in `buffer` still lacks (0 if not known yet): a large
+    message is read in a few large reads instead of many of READ_SIZE."""
+    if len(buffer) < 4:
+        return 0
+    (size,) = _SIZE.unpack_from(buffer, 0)
+    header = 4
+    if size == -1:
+        if len(buffer) < 12:
+            return 0
+        (size,) = _LARGE_SIZE.unpack_from(buffer, 4)
+        header = 12
+    return max(0, header + size - len(buffer))
 
 
 def _framed(message: bytes) -> bytes:
