@@ -119,18 +119,25 @@ _SIZE = struct.Struct("!i")
 _LARGE_SIZE = struct.Struct("!Q")
 
 
+def _frame(buffer: bytearray, start: int) -> tuple[int, int] | None:
+    """(header length, message length) of the message at `start`, None while its header is
+    incomplete (multiprocessing's framing: a signed 4-byte big-endian length, or -1 and an
+    8-byte one, then the bytes)."""
+    if len(buffer) - start < 4:
+        return None
+    (size,) = _SIZE.unpack_from(buffer, start)
+    if size != -1:
+        return 4, size
+    if len(buffer) - start < 12:
+        return None
+    return 12, _LARGE_SIZE.unpack_from(buffer, start + 4)[0]
+
+
 def _messages(buffer: bytearray) -> list[bytes]:
-    """Take the complete messages off the front of `buffer` (multiprocessing's framing: a
-    signed 4-byte big-endian length, or -1 and an 8-byte one, then the bytes)."""
+    """Take the complete messages off the front of `buffer`."""
     messages, start, end = [], 0, len(buffer)
-    while end - start >= 4:
-        (size,) = _SIZE.unpack_from(buffer, start)
-        header = 4
-        if size == -1:
-            if end - start < 12:
-                break
-            (size,) = _LARGE_SIZE.unpack_from(buffer, start + 4)
-            header = 12
+    while frame := _frame(buffer, start):
+        header, size = frame
         if end - start - header < size:
             break
         messages.append(bytes(buffer[start + header : start + header + size]))
@@ -140,18 +147,10 @@ def _messages(buffer: bytearray) -> list[bytes]:
 
 
 def _missing(buffer: bytearray) -> int:
-    """How many bytes the first message in `buffer` still lacks (0 if not known yet): a large
-    message is read in a few large reads instead of many of READ_SIZE."""
-    if len(buffer) < 4:
-        return 0
-    (size,) = _SIZE.unpack_from(buffer, 0)
-    header = 4
-    if size == -1:
-        if len(buffer) < 12:
-            return 0
-        (size,) = _LARGE_SIZE.unpack_from(buffer, 4)
-        header = 12
-    return max(0, header + size - len(buffer))
+    """How many bytes the first message in `buffer` still lacks (0 while unknown): the rest of
+    a large message is asked for at once, and comes in as large pieces as the pipe holds."""
+    frame = _frame(buffer, 0)
+    return max(0, sum(frame) - len(buffer)) if frame else 0
 
 
 def _framed(message: bytes) -> bytes:
