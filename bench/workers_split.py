@@ -8,7 +8,7 @@ A shape WxC is W burst workers (`manage.py worker --burst --concurrency C`) star
 over the same pre-enqueued no-op jobs. Every shape drains the same number of jobs in one
 scratch database, vacuumed before each round, the shapes alternated from round to round so
 that none always runs on a warmer machine; each round checks that every job ran exactly once.
-A worker's loop writes its outcomes and claims its next jobs in one statement and waits for
+A worker's loop writes its outcomes and claims its next jobs in one transaction and waits for
 it: split among workers, those waits overlap. Not part of the test suite.
 """
 
