@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.scale import explain_claim, probe_claim  # noqa: E402
-from bench.throughput import log, scratch_database, setup_django  # noqa: E402
+from bench.throughput import enqueue_noops, log, scratch_database, setup_django  # noqa: E402
 
 QUEUE_SETS = {
     "every queue": None,
@@ -51,8 +51,7 @@ def fill(jobs, stale, delayed=0):
     if stale:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
-    for start in range(0, jobs, 10_000):
-        noop.enqueue_many([((), {})] * min(10_000, jobs - start))
+    enqueue_noops(jobs)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE jobs_job SET queue_name = 'bulk'")
         noop.enqueue_many([((), {})] * 100)

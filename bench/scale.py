@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.dashboard import fill_jobs, jobs_sql, recreate_database  # noqa: E402
-from bench.throughput import log, setup_django, worker_env  # noqa: E402
+from bench.throughput import enqueue_noops, log, setup_django, worker_env  # noqa: E402
 
 SERVER = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 EMPTY, FULL = "jobsite_scale_empty", "jobsite_scale_full"
@@ -117,13 +117,6 @@ def measured():
     return Job.objects.filter(task_path=TASK)
 
 
-def enqueue(n):
-    from jobsite.tasks import noop
-
-    for start in range(0, n, 10_000):
-        noop.enqueue_many([((), {})] * min(10_000, n - start))
-
-
 def start_worker(name, concurrency):
     return subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--burst", "--concurrency", str(concurrency)],
@@ -185,7 +178,7 @@ def drain(name, n, concurrency, analyze):
 
     use_database(name)
     attempts_before = Attempt.objects.count()
-    enqueue(n)
+    enqueue_noops(n)
     if analyze:
         sql("ANALYZE jobs_job")
     wait(start_worker(name, concurrency))
@@ -269,7 +262,7 @@ def latency(name, n, concurrency, interval, explain):
     use_database(name)
     attempts_before = Attempt.objects.count()
     log(f"enqueueing {n:,} jobs ...")
-    enqueue(n)
+    enqueue_noops(n)
     if explain:
         log("claim plan at the start:\n" + explain_claim(concurrency))
     before = table_stats()
@@ -290,7 +283,7 @@ def latency(name, n, concurrency, interval, explain):
     wait(proc)
     after = table_stats()
     if explain:
-        enqueue(concurrency)
+        enqueue_noops(concurrency)
         log("claim plan at the end (with a few new due jobs):\n" + explain_claim(concurrency))
         measured().filter(state="pending").delete()
     check_exactly_once(n, attempts_before)
@@ -401,7 +394,7 @@ def main():
         fill(fill_n, args.live_priority)
         result = {}
         if args.explain and args.only == "drain":
-            enqueue(args.concurrency)
+            enqueue_noops(args.concurrency)
             log(f"claim plan on the {fill_n:,}-job table:\n" + explain_claim(args.concurrency))
             measured().delete()
         if args.only != "latency":

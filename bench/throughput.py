@@ -166,6 +166,14 @@ def check_exactly_once(n):
         )
 
 
+def enqueue_noops(n):
+    """Enqueue n no-op jobs, 10,000 to an `enqueue_many`."""
+    from jobsite.tasks import noop
+
+    for start in range(0, n, 10_000):
+        noop.enqueue_many([((), {})] * min(10_000, n - start))
+
+
 def bench_enqueue(n, arg_bytes=0):
     """Enqueue rates of no-op jobs; with `arg_bytes`, of jobs given a string argument of that
     size (which they return: `add(text, "")`)."""

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.throughput import (  # noqa: E402
     drain,
+    enqueue_noops,
     log,
     reset,
     rounds_cell,
@@ -53,15 +54,12 @@ def main():
     shapes = args.shape or [(1, 4), (2, 2)]
     url = scratch_database(args.db)
     setup_django(url)
-    from jobsite.tasks import noop
-
     rates: dict = {s: [] for s in shapes}
     for round_ in range(args.rounds):
         for workers, concurrency in shapes if round_ % 2 == 0 else shapes[::-1]:
             reset()
             vacuum()
-            for start in range(0, args.jobs, 10_000):
-                noop.enqueue_many([((), {})] * min(10_000, args.jobs - start))
+            enqueue_noops(args.jobs)
             rate = drain(url, args.jobs, concurrency, workers=workers)
             rates[(workers, concurrency)].append(rate)
             log(f"round {round_ + 1}: {workers}x{concurrency}: {rate:,.0f} jobs/s")
