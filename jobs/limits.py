@@ -204,6 +204,12 @@ class Limits:
             self.served[key] = self.claims_served
 
     @property
+    def shape_claims(self) -> bool:
+        """Does a claim need this worker's view of the limits (budgets, or keys' turns)? If not,
+        it is the one plain statement (db.Engine.claim_within)."""
+        return self.limits_claims or self.takes_turns
+
+    @property
     def takes_turns(self) -> bool:
         """Do limit keys take turns in claims (a key: limit is in force, or keyed jobs wait)?"""
         return bool(self.keys) or self.keyed_waiting

@@ -38,6 +38,7 @@ from .pool.executor import REPORTS_TIMEOUT
 from .pool.supervisor import Held, Stopped, Supervisor
 from .reconnect import DB_ERRORS, first_line, is_transient, reset_connection
 from .signal_pipe import SignalPipe
+from .statement_thread import StatementThread
 from .states import BREAKER_FAILURE, JobState
 from .worker_config import WorkerConfig, default_worker_id
 from .worker_log import WorkerLog
@@ -64,6 +65,11 @@ class Worker:
         # The flow-control limits in force, re-read every few seconds.
         self.limits = LimitsCache(backend_alias)
         self.finishes: list = []  # db.Finish waiting to be written
+        # PostgreSQL: the finish-and-claim transaction's own thread (set once started), and the
+        # (outcomes, claim limit, time sent) of the one in flight there.
+        self.statements: StatementThread | None = None
+        self.flight: tuple | None = None
+        self.notified = False  # a NOTIFY came since the claim in flight was sent
         self.claimed_total = 0
         self.processed_total = 0
         self.stopping = False
@@ -126,6 +132,8 @@ class Worker:
             return 130 if self.hard_stop else 0
         self.started = True
         try:
+            if connection.vendor == "postgresql":
+                self.statements = StatementThread(unpooled=self.pooled_connection is not None)
             # Inside the try: whatever fails from here on, the executors are stopped.
             self.supervisor.start_all(self.config.concurrency)
             self._with_db(self._register)
@@ -159,6 +167,8 @@ class Worker:
                 self._shutdown()
             finally:
                 self.supervisor.kill_remaining()
+                if self.statements is not None:
+                    self.statements.close()
         return self.exit_code
 
     def _database_ready(self) -> bool:
@@ -213,13 +223,14 @@ class Worker:
                 observers.schedules_fired(ticked.fired if ticked else [], self.backend)
                 self.next_schedule_tick = time.monotonic() + wait
             if now >= self.next_heartbeat:
+                self._land_now()  # its claims' leases are renewed too
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds
             self.supervisor.enforce_deadlines(now)
             self.supervisor.start_due(now)
             claimed = self._sync()
             self._dispatch()
-            if not self.held and not self.finishes and not claimed:
+            if not self.held and not self.finishes and not claimed and not self.flight:
                 if self.config.burst and not self._with_db(self._limits_hold_due_jobs):
                     self._begin_stopping(now)  # writes the claims not logged yet first
                     logger.info("no job is due and none is running: burst done")
@@ -273,11 +284,14 @@ class Worker:
         listen_fd = self.listener.fileno_or_none() if self.listener and not self.stopping else None
         if listen_fd is not None:
             poller.register(listen_fd, select.POLLIN)
+        if self.flight:
+            poller.register(self.statements.fileno(), select.POLLIN)
         for fd, events in poller.poll(max(0.0, timeout) * 1000):
             if fd == self.signals.fileno():
                 self.signals.drain()
             elif fd == listen_fd:
                 self.listener.drain()
+                self.notified = True
             elif fd in pipes:
                 executor = pipes[fd]
                 if events & select.POLLOUT and executor in self.supervisor.executors:
@@ -342,7 +356,84 @@ class Worker:
         return max(limit, 0)
 
     def _sync(self, claim=True):
-        """Record finished outcomes and claim the next batch, in one transaction."""
+        """Record finished outcomes and claim the next batch, in one transaction.
+
+        On PostgreSQL the transaction runs on the statement thread while the loop goes on; its
+        result is taken here, on a later turn, before the next one is sent. Stopping, or with a
+        limit that counts at claim time in force, it runs here and is waited for."""
+        if self.statements is None:
+            return self._sync_here(claim)
+        if self.statements.in_flight and not (self.stopping or self.statements.done()):
+            return 0
+        asked = self.flight[1] if self.flight else 0
+        claimed, landed, failed = self._land() if self.flight else (0, None, False)
+        # A claim that came back empty is made again after a wake-up (a NOTIFY since it was
+        # sent, or the poll interval), as without the thread: a burst sees that nothing is due
+        # and stops, an idle worker does not claim in a loop.
+        if asked and not claimed and not self.notified:
+            claim = False
+        limit = self._claim_limit() if claim and not self.stopping else 0
+        in_force = self._with_db(self.limits.current) if limit else None
+        # After a failed one, the next is written here, where an outage is ridden out.
+        if failed or self.stopping or (in_force is not None and in_force.shape_claims):
+            self._report_landed(landed)
+            return claimed + self._sync_here(claim)
+        if self.finishes or limit:
+            if limit:
+                self.notified = False
+            pending, self.finishes = self.finishes, []
+            self.flight = (pending, limit, time.monotonic())
+            self.statements.send(
+                db.finish_and_claim,
+                pending,
+                worker_id=self.worker_id,
+                queues=self.config.queues or None,
+                limit=limit,
+                lease_seconds=self.config.lease_seconds,
+                limits=None,
+                can_begin=self.dispatcher.can_begin(),
+            )
+        self._report_landed(landed)  # while the next transaction runs
+        return claimed
+
+    def _land(self):
+        """Take the transaction in flight (waited for): its claimed jobs are held from here on.
+        Returns how many, what it wrote and claimed for _report_landed (None if nothing), and
+        whether the database failed it (its outcomes are then written again)."""
+        pending, limit, sent = self.flight
+        self.flight = None
+        try:
+            applied, claimed = self.statements.take()
+        except UNSTORABLE as e:
+            if not pending:
+                raise
+            self._finish_one_by_one(pending, e)
+            return 0, None, False
+        except DB_ERRORS as e:
+            if not is_transient(e):
+                raise
+            logger.warning("database unavailable (%s); writing the outcomes again", first_line(e))
+            self.db_failed = True
+            self.finishes = pending + self.finishes
+            return 0, None, True
+        # Released before the claimed jobs are held: a retry may be claimed in the same
+        # transaction that wrote its failure.
+        settled = self._release(pending, applied)
+        return self._took(claimed, limit, sent), (settled, claimed), False
+
+    def _land_now(self):
+        """Take the transaction in flight, if any, and report it."""
+        if self.flight:
+            self._report_landed(self._land()[1])
+
+    def _report_landed(self, landed):
+        """What a transaction taken from the statement thread wrote and claimed, logged."""
+        if landed:
+            settled, claimed = landed
+            self._report(settled)
+            self.log.claims(claimed)
+
+    def _sync_here(self, claim=True):
         limit = self._claim_limit() if claim and not self.stopping else 0
         if not self.finishes and not limit:
             return 0
@@ -362,16 +453,22 @@ class Worker:
         except UNSTORABLE as e:
             if not pending:
                 raise
+            self.finishes = []
             self._finish_one_by_one(pending, e)
             # The claim went with the refused batch: made now, or a burst would stop early.
-            return 0 if self.finishes else self._sync(claim=claim)
+            return 0 if self.finishes else self._sync_here(claim=claim)
         if result is None:
             return 0  # the database is away; the outcomes are kept and written later
         applied, claimed = result
-        if limit:
-            self.dispatcher.claim_took(time.monotonic() - sent)
         self.finishes = []
         self._settle(pending, applied)
+        self.log.claims(claimed)
+        return self._took(claimed, limit, sent)
+
+    def _took(self, claimed, limit, sent) -> int:
+        """Hold the jobs a claim sent at `sent` (time.monotonic()) took."""
+        if limit:
+            self.dispatcher.claim_took(time.monotonic() - sent)
         lease_until = sent + self.config.lease_seconds - self.lease_margin
         for c in claimed:
             c.lease_until = lease_until
@@ -380,7 +477,6 @@ class Worker:
             self.held[c.id] = Held(c)
             self.dispatcher.add(c)
         self.claimed_total += len(claimed)
-        self.log.claims(claimed)
         self.last_claim_full = bool(limit) and len(claimed) == limit
         return len(claimed)
 
@@ -392,7 +488,6 @@ class Worker:
             len(pending),
             for_log(first_line(error)),
         )
-        self.finishes = []
         for finish in pending:
             for tried in (finish, oc.storable_finish(finish)):
                 try:
@@ -468,9 +563,13 @@ class Worker:
         self._sync(claim=False)
 
     def _settle(self, pending, applied):
+        self._report(self._release(pending, applied))
+
+    def _release(self, pending, applied) -> list:
+        """The written outcomes' jobs are no longer held; returns (outcome, its claim) of each
+        that took effect, for _report."""
         applied_ids = {f.job_id for f in applied}
         settled = []
-        failed_queues = set()
         for f in pending:
             held = self.held.pop(f.job_id, None)
             if f.job_id not in applied_ids:
@@ -480,10 +579,15 @@ class Worker:
                 continue
             if f.outcome is not None:
                 self.processed_total += 1
-            claimed = held.claimed if held else None
+            settled.append((f, held.claimed if held else None))
+        return settled
+
+    def _report(self, settled):
+        """Log, signal and observe the written outcomes; trip the circuit breakers."""
+        failed_queues = set()
+        for f, claimed in settled:
             self.log.finish(f, claimed, stopping=self.stopping)
             oc.announce(f, claimed)
-            settled.append((f, claimed))
             if claimed is not None and f.outcome in BREAKER_FAILURE:
                 failed_queues.add(claimed.queue_name)
         observers.attempts_settled(settled, self.backend)
@@ -609,6 +713,7 @@ class Worker:
 
     def _shutdown(self):
         self.stopping = True
+        self._land_now()
         # Jobs never started are handed back; jobs still running are interrupted.
         for claimed in self.dispatcher.take_all():
             self.finishes.append(oc.Outcome.released(claimed, self.worker_id))

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from jobs import worker_node
-from jobs.models import Job, WorkerNode
+from jobs.models import Attempt, Job, WorkerNode
 from jobs.pool.supervisor import Supervisor
 from jobs.states import JobState
 from jobs.worker import Worker, WorkerConfig
@@ -27,7 +27,7 @@ def run_in_process(monkeypatch):
     ran = []
 
     def run(**options):
-        worker = Worker(WorkerConfig(concurrency=2, **options))
+        worker = Worker(WorkerConfig(**{"concurrency": 2, **options}))
         worker.exit_code = worker.run()
         ran.append(worker)
         return worker
@@ -55,6 +55,21 @@ def test_a_burst_runs_every_due_job_then_stops(run_in_process):
     assert worker.processed_total == 5
     node = WorkerNode.objects.get(id=worker.worker_id)
     assert node.stopped_at is not None and node.jobs_processed == 5
+
+
+def test_a_burst_of_many_short_jobs_writes_every_outcome_once(run_in_process):
+    # Enough that outcomes arrive while the last batch's transaction is still being written
+    # (on PostgreSQL it runs on the statement thread): none may be dropped or written twice.
+    ids = tasks.add.enqueue_many([((i, 1), {}) for i in range(1500)])
+
+    worker = run_in_process(burst=True, concurrency=4)
+
+    assert worker.exit_code == 0
+    assert worker.processed_total == 1500
+    jobs = Job.objects.filter(id__in=ids)
+    assert jobs.filter(state=JobState.SUCCEEDED).count() == 1500
+    assert sorted(jobs.values_list("return_value", flat=True)) == list(range(1, 1501))
+    assert Attempt.objects.filter(job_id__in=ids).count() == 1500
 
 
 def test_a_queue_name_with_a_comma_is_served_as_one_name_and_the_log_says_so(
