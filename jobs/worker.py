@@ -383,16 +383,7 @@ class Worker:
                 self.notified = False
             pending, self.finishes = self.finishes, []
             self.flight = (pending, limit, time.monotonic())
-            self.statements.send(
-                db.finish_and_claim,
-                pending,
-                worker_id=self.worker_id,
-                queues=self.config.queues or None,
-                limit=limit,
-                lease_seconds=self.config.lease_seconds,
-                limits=None,
-                can_begin=self.dispatcher.can_begin(),
-            )
+            self.statements.send(db.finish_and_claim, pending, **self._claim_args(limit, None))
         self._report_landed(landed)  # while the next transaction runs
         return claimed
 
@@ -441,14 +432,7 @@ class Worker:
         sent = time.monotonic()
         try:
             result = self._with_db(
-                db.finish_and_claim,
-                pending,
-                worker_id=self.worker_id,
-                queues=self.config.queues or None,
-                limit=limit,
-                lease_seconds=self.config.lease_seconds,
-                limits=self.limits,
-                can_begin=self.dispatcher.can_begin(),
+                db.finish_and_claim, pending, **self._claim_args(limit, self.limits)
             )
         except UNSTORABLE as e:
             if not pending:
@@ -464,6 +448,17 @@ class Worker:
         self._settle(pending, applied)
         self.log.claims(claimed)
         return self._took(claimed, limit, sent)
+
+    def _claim_args(self, limit, limits) -> dict:
+        """db.finish_and_claim's claim arguments; `limits` None claims without them."""
+        return {
+            "worker_id": self.worker_id,
+            "queues": self.config.queues or None,
+            "limit": limit,
+            "lease_seconds": self.config.lease_seconds,
+            "limits": limits,
+            "can_begin": self.dispatcher.can_begin(),
+        }
 
     def _took(self, claimed, limit, sent) -> int:
         """Hold the jobs a claim sent at `sent` (time.monotonic()) took."""

@@ -8,6 +8,7 @@ import time
 import pytest
 from django.db import OperationalError, connection
 
+from jobs.db.pooler import is_pooled
 from jobs.statement_thread import StatementThread
 from tests.reliability_helpers import skip_unless_postgres
 
@@ -26,13 +27,19 @@ def live_backends(pids) -> set[int]:
         return {pid for (pid,) in cursor.fetchall()}
 
 
+def skip_unless_own_sessions():
+    skip_unless_postgres("a connection per thread")
+    if is_pooled(connection):
+        pytest.skip("a transaction pooler shares server sessions between connections")
+
+
 def readable(thread: StatementThread, timeout: float) -> bool:
     return bool(select.select([thread.fileno()], [], [], timeout)[0])
 
 
 @pytest.fixture
 def statements():
-    skip_unless_postgres("a connection per thread")
+    skip_unless_own_sessions()
     thread = StatementThread(unpooled=False)
     yield thread
     thread.close()
@@ -98,7 +105,7 @@ def test_an_error_of_the_call_itself_comes_back_at_take(statements):
 
 
 def test_closing_waits_for_the_call_in_flight_and_closes_the_threads_connection():
-    skip_unless_postgres("a connection per thread")
+    skip_unless_own_sessions()
     thread = StatementThread(unpooled=False)
     thread.send(backend_pid)
     pid = thread.take()
