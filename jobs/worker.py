@@ -369,8 +369,9 @@ class Worker:
         claimed, landed, failed = self._land() if self.flight else (0, None, False)
         # A claim that came back empty is made again after a wake-up (a NOTIFY since it was
         # sent, or the poll interval), as without the thread: a burst sees that nothing is due
-        # and stops, an idle worker does not claim in a loop.
-        if asked and not claimed and not self.notified:
+        # and stops, an idle worker does not claim in a loop. One that did not land (its
+        # transaction refused or failed) is made now, or a burst would stop early.
+        if asked and not claimed and landed and not self.notified:
             claim = False
         limit = self._claim_limit() if claim and not self.stopping else 0
         in_force = self._with_db(self.limits.current) if limit else None
@@ -410,6 +411,8 @@ class Worker:
         # Released before the claimed jobs are held: a retry may be claimed in the same
         # transaction that wrote its failure.
         settled = self._release(pending, applied)
+        # Before the next claim is sent, as without the thread: none after a breaker trips.
+        self._trip_breakers(settled)
         return self._took(claimed, limit, sent), (settled, claimed), False
 
     def _land_now(self):
@@ -421,7 +424,7 @@ class Worker:
         """What a transaction taken from the statement thread wrote and claimed, logged."""
         if landed:
             settled, claimed = landed
-            self._report(settled)
+            self._report(settled, trip=False)  # tripped in _land
             self.log.claims(claimed)
 
     def _sync_here(self, claim=True):
@@ -577,19 +580,24 @@ class Worker:
             settled.append((f, held.claimed if held else None))
         return settled
 
-    def _report(self, settled):
-        """Log, signal and observe the written outcomes; trip the circuit breakers."""
-        failed_queues = set()
+    def _report(self, settled, trip=True):
+        """Log, signal and observe the written outcomes; trip the circuit breakers (unless
+        done already)."""
         for f, claimed in settled:
             self.log.finish(f, claimed, stopping=self.stopping)
             oc.announce(f, claimed)
-            if claimed is not None and f.outcome in BREAKER_FAILURE:
-                failed_queues.add(claimed.queue_name)
         observers.attempts_settled(settled, self.backend)
-        if failed_queues:
-            self._trip_breakers(failed_queues)
+        if trip:
+            self._trip_breakers(settled)
 
-    def _trip_breakers(self, failed_queues):
+    def _trip_breakers(self, settled):
+        failed_queues = {
+            claimed.queue_name
+            for f, claimed in settled
+            if claimed is not None and f.outcome in BREAKER_FAILURE
+        }
+        if not failed_queues:
+            return
         try:
             breaker.trip(failed_queues, self.limits.current())
         except DB_ERRORS as e:  # checked again on the next failures
