@@ -5,24 +5,23 @@ signal never waits for the loop's timeout.
 """
 
 import signal
-import socket
 from multiprocessing.connection import wait
+
+from .wake_socket import WakeSocket
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class SignalPipe:
     def __init__(self):
-        self.read_end, self.write_end = socket.socketpair()
-        self.read_end.setblocking(False)
-        self.write_end.setblocking(False)
+        self.socket = WakeSocket()
         self.previous = {}  # signal -> the handler before ours, put back by `restore`
 
     def fileno(self) -> int:
-        return self.read_end.fileno()
+        return self.socket.fileno()
 
     def install(self, handler):
-        signal.set_wakeup_fd(self.write_end.fileno(), warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self.socket.write_end.fileno(), warn_on_full_buffer=False)
         for sig in STOP_SIGNALS:
             self.previous[sig] = signal.signal(sig, handler)
 
@@ -32,13 +31,9 @@ class SignalPipe:
             signal.signal(sig, handler)
 
     def drain(self):
-        try:
-            while self.read_end.recv(512):
-                pass
-        except BlockingIOError:
-            pass
+        self.socket.drain()
 
     def sleep(self, seconds):
         """Wait `seconds`, or less if a signal comes."""
-        if wait([self.read_end], seconds):
+        if wait([self.socket.read_end], seconds):
             self.drain()

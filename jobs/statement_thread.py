@@ -6,13 +6,13 @@ thread once the socket here wakes it (`fileno`): what a result changes (held job
 dispatcher, the log) is only ever touched by the loop.
 """
 
-import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from .db.unpooled import unpooled_connection
-from .reconnect import DB_ERRORS, reset_connection
+from .reconnect import DB_ERRORS, is_transient, reset_connection
+from .wake_socket import WakeSocket
 
 
 class StatementThread:
@@ -22,9 +22,7 @@ class StatementThread:
         self.pool = ThreadPoolExecutor(
             1, "jobsite-statements", initializer=self._start, initargs=(unpooled,)
         )
-        self.read_end, self.write_end = socket.socketpair()
-        self.read_end.setblocking(False)
-        self.write_end.setblocking(False)
+        self.socket = WakeSocket()
         self.future: Future | None = None
 
     @staticmethod
@@ -34,7 +32,7 @@ class StatementThread:
 
     def fileno(self) -> int:
         """Readable once the call in flight is done."""
-        return self.read_end.fileno()
+        return self.socket.fileno()
 
     @property
     def in_flight(self) -> bool:
@@ -46,7 +44,7 @@ class StatementThread:
     def send(self, fn, *args, **kwargs) -> None:
         assert self.future is None, "one call in flight at a time"
         self.future = self.pool.submit(self._call, fn, args, kwargs)
-        self.future.add_done_callback(self._wake)
+        self.future.add_done_callback(lambda future: self.socket.wake())
 
     def take(self):
         """The result of the call in flight (waited for), or the exception it raised."""
@@ -55,7 +53,7 @@ class StatementThread:
         try:
             return future.result()
         finally:
-            self._drain()
+            self.socket.drain()
 
     def close(self) -> None:
         """Wait for the call in flight (its result is dropped), close the thread's connection and
@@ -69,26 +67,13 @@ class StatementThread:
         except DB_ERRORS:
             pass
         self.pool.shutdown(wait=True)
-        self.read_end.close()
-        self.write_end.close()
+        self.socket.close()
 
     @staticmethod
     def _call(fn, args, kwargs):
         try:
             return fn(*args, **kwargs)
-        except DB_ERRORS:
-            reset_connection()  # the thread's: its next call starts on a fresh one
+        except DB_ERRORS as e:
+            if is_transient(e):  # a cut connection: the thread's next call starts on a fresh one
+                reset_connection()
             raise
-
-    def _wake(self, future):
-        try:
-            self.write_end.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # a byte is already waiting, or the thread is being closed
-
-    def _drain(self):
-        try:
-            while self.read_end.recv(512):
-                pass
-        except (BlockingIOError, OSError):
-            pass

@@ -363,7 +363,7 @@ class Worker:
         limit that counts at claim time in force, it runs here and is waited for."""
         if self.statements is None:
             return self._sync_here(claim)
-        if self.statements.in_flight and not (self.stopping or self.statements.done()):
+        if self.flight and not (self.stopping or self.statements.done()):
             return 0
         asked = self.flight[1] if self.flight else 0
         claimed, landed, failed = self._land() if self.flight else (0, None, False)
@@ -383,8 +383,9 @@ class Worker:
             if limit:
                 self.notified = False
             pending, self.finishes = self.finishes, []
-            self.flight = (pending, limit, time.monotonic())
+            sent = time.monotonic()
             self.statements.send(db.finish_and_claim, pending, **self._claim_args(limit, None))
+            self.flight = (pending, limit, sent)
         self._report_landed(landed)  # while the next transaction runs
         return claimed
 

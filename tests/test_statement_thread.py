@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import DataError, OperationalError, connection, transaction
 
 from jobs.db.pooler import is_pooled
 from jobs.statement_thread import StatementThread
@@ -102,6 +102,21 @@ def test_an_error_of_the_call_itself_comes_back_at_take(statements):
         statements.take()
     statements.send(backend_pid)
     assert statements.take() > 0  # the thread goes on
+
+
+def test_a_statement_the_database_refuses_keeps_the_threads_connection(statements):
+    def refused():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT %s::int", ["not a number"])
+
+    statements.send(backend_pid)
+    before = statements.take()
+    statements.send(refused)
+    with pytest.raises(DataError):
+        statements.take()
+    statements.send(backend_pid)
+
+    assert statements.take() == before  # only a cut connection is replaced
 
 
 def test_closing_waits_for_the_call_in_flight_and_closes_the_threads_connection():
