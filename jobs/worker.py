@@ -12,6 +12,8 @@ import select
 import signal
 import time
 import uuid
+from collections import deque
+from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, DataError, connection, connections
 from django.db.backends.signals import connection_created
@@ -29,6 +31,7 @@ from . import (
 )
 from . import outcome as oc
 from .compat import task_backends
+from .db.pooler import is_pooled
 from .db.unpooled import unpooled_connection
 from .errors import JobCancelled
 from .errortext import for_log
@@ -49,11 +52,26 @@ UNSTORABLE = (DataError, ValueError)
 
 __all__ = ["Worker", "WorkerConfig"]
 
+# Finish-and-claim transactions a worker may have in flight at once on PostgreSQL, each on a
+# thread and a connection of its own: with a backlog the database works on two (two server
+# processes) while the loop feeds executors (bench/README.md, "Two transactions in flight").
+STATEMENT_THREADS = 2
+
 # The longest wait between a worker's attempts to reach its database again; no longer than a
 # heartbeat (down to a second), so that it renews its leases soon after an outage ends.
 RECONNECT_DELAY_MAX = 5.0
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Flight:
+    """A finish-and-claim transaction sent to a statement thread and not yet taken."""
+
+    thread: StatementThread
+    pending: list  # the outcomes it writes
+    limit: int  # how many jobs it claims at most
+    sent: float  # time.monotonic()
 
 
 class Worker:
@@ -65,11 +83,14 @@ class Worker:
         # The flow-control limits in force, re-read every few seconds.
         self.limits = LimitsCache(backend_alias)
         self.finishes: list = []  # db.Finish waiting to be written
-        # PostgreSQL: the finish-and-claim transaction's own thread (set once started), and the
-        # (outcomes, claim limit, time sent) of the one in flight there.
-        self.statements: StatementThread | None = None
-        self.flight: tuple | None = None
-        self.notified = False  # a NOTIFY came since the claim in flight was sent
+        # PostgreSQL: the finish-and-claim transactions' own threads (set once started), and the
+        # transactions in flight there, oldest first: they are taken in the order sent.
+        self.statements: list[StatementThread] = []
+        self.flights: deque[Flight] = deque()
+        # A job claimed again before the outcome of its last attempt was taken: that attempt's
+        # hold, until then (Worker._release).
+        self.superseded: dict[uuid.UUID, Held] = {}
+        self.notified = False  # a NOTIFY came since the last claim was sent
         self.claimed_total = 0
         self.processed_total = 0
         self.stopping = False
@@ -133,7 +154,11 @@ class Worker:
         self.started = True
         try:
             if connection.vendor == "postgresql":
-                self.statements = StatementThread(unpooled=self.pooled_connection is not None)
+                # Behind a transaction pooler every connection in a transaction takes one of its
+                # few server connections: one transaction in flight there.
+                threads = 1 if is_pooled(connection) else STATEMENT_THREADS
+                unpooled = self.pooled_connection is not None
+                self.statements = [StatementThread(unpooled=unpooled) for _ in range(threads)]
             # Inside the try: whatever fails from here on, the executors are stopped.
             self.supervisor.start_all(self.config.concurrency)
             self._with_db(self._register)
@@ -167,8 +192,8 @@ class Worker:
                 self._shutdown()
             finally:
                 self.supervisor.kill_remaining()
-                if self.statements is not None:
-                    self.statements.close()
+                for thread in self.statements:
+                    thread.close()
         return self.exit_code
 
     def _database_ready(self) -> bool:
@@ -230,7 +255,7 @@ class Worker:
             self.supervisor.start_due(now)
             claimed = self._sync()
             self._dispatch()
-            if not self.held and not self.finishes and not claimed and not self.flight:
+            if not self.held and not self.finishes and not claimed and not self.flights:
                 if self.config.burst and not self._with_db(self._limits_hold_due_jobs):
                     self._begin_stopping(now)  # writes the claims not logged yet first
                     logger.info("no job is due and none is running: burst done")
@@ -284,8 +309,8 @@ class Worker:
         listen_fd = self.listener.fileno_or_none() if self.listener and not self.stopping else None
         if listen_fd is not None:
             poller.register(listen_fd, select.POLLIN)
-        if self.flight:
-            poller.register(self.statements.fileno(), select.POLLIN)
+        if self.flights:  # the oldest: they are taken in order
+            poller.register(self.flights[0].thread.fileno(), select.POLLIN)
         for fd, events in poller.poll(max(0.0, timeout) * 1000):
             if fd == self.signals.fileno():
                 self.signals.drain()
@@ -342,7 +367,10 @@ class Worker:
     # --- claiming and results ---------------------------------------------------------------
 
     def _claim_limit(self):
-        room = self.dispatcher.room()
+        # Jobs asked for by claims still in flight are not held yet: their room is taken, and
+        # they count towards --max-jobs.
+        asked = sum(f.limit for f in self.flights)
+        room = self.dispatcher.room() - asked
         # Claim in batches: wait until half the room is free, unless a job can start now.
         if room <= 0 or (
             self.held
@@ -352,51 +380,65 @@ class Worker:
             return 0
         limit = min(room, self.config.batch_size)
         if self.config.max_jobs is not None:
-            limit = min(limit, self.config.max_jobs - self.claimed_total)
+            limit = min(limit, self.config.max_jobs - self.claimed_total - asked)
         return max(limit, 0)
 
     def _sync(self, claim=True):
         """Record finished outcomes and claim the next batch, in one transaction.
 
-        On PostgreSQL the transaction runs on the statement thread while the loop goes on; its
-        result is taken here, on a later turn, before the next one is sent. Stopping, or with a
+        On PostgreSQL the transaction runs on a statement thread while the loop goes on; its
+        result is taken here, on a later turn, in the order sent. With a backlog (the last claim
+        came back full) a second one is sent while the first is in flight. Stopping, or with a
         limit that counts at claim time in force, it runs here and is waited for."""
-        if self.statements is None:
+        if not self.statements:
             return self._sync_here(claim)
-        if self.flight and not (self.stopping or self.statements.done()):
-            return 0
-        asked = self.flight[1] if self.flight else 0
-        claimed, landed, failed = self._land() if self.flight else (0, None, False)
+        claimed, landed, failed, emptied = 0, [], False, False
+        while self.flights and (self.stopping or self.flights[0].thread.done()):
+            asked = self.flights[0].limit
+            took, one, failed_now = self._land()
+            claimed += took
+            failed = failed or failed_now
+            if one is not None:
+                landed.append(one)
+                emptied = bool(asked) and not took
         # A claim that came back empty is made again after a wake-up (a NOTIFY since it was
         # sent, or the poll interval), as without the thread: a burst sees that nothing is due
         # and stops, an idle worker does not claim in a loop. One that did not land (its
         # transaction refused or failed) is made now, or a burst would stop early.
-        if asked and not claimed and landed and not self.notified:
+        if emptied and not self.notified:
             claim = False
         limit = self._claim_limit() if claim and not self.stopping else 0
         in_force = self._with_db(self.limits.current) if limit else None
         # After a failed one, the next is written here, where an outage is ridden out.
         if failed or self.stopping or (in_force is not None and in_force.shape_claims):
-            self._report_landed(landed)
+            claimed += self._land_all(landed)
             return claimed + self._sync_here(claim)
-        if self.finishes or limit:
+        free = self._free_statement_thread()
+        # A second transaction only carries a claim, for a backlog, and where no circuit breaker
+        # may trip: a claim in flight cannot be called back.
+        second = bool(limit) and self.last_claim_full and not in_force.breakers
+        if free is not None and (self.finishes or limit) and (not self.flights or second):
             if limit:
                 self.notified = False
             pending, self.finishes = self.finishes, []
             sent = time.monotonic()
-            self.statements.send(db.finish_and_claim, pending, **self._claim_args(limit, None))
-            self.flight = (pending, limit, sent)
+            free.send(db.finish_and_claim, pending, **self._claim_args(limit, None))
+            self.flights.append(Flight(free, pending, limit, sent))
         self._report_landed(landed)  # while the next transaction runs
         return claimed
 
+    def _free_statement_thread(self) -> StatementThread | None:
+        busy = {id(f.thread) for f in self.flights}
+        return next((t for t in self.statements if id(t) not in busy), None)
+
     def _land(self):
-        """Take the transaction in flight (waited for): its claimed jobs are held from here on.
-        Returns how many, what it wrote and claimed for _report_landed (None if nothing), and
-        whether the database failed it (its outcomes are then written again)."""
-        pending, limit, sent = self.flight
-        self.flight = None
+        """Take the oldest transaction in flight (waited for): its claimed jobs are held from
+        here on. Returns how many, what it wrote and claimed for _report_landed (None if
+        nothing), and whether the database failed it (its outcomes are then written again)."""
+        flight = self.flights.popleft()
+        pending = flight.pending
         try:
-            applied, claimed = self.statements.take()
+            applied, claimed = flight.thread.take()
         except UNSTORABLE as e:
             if not pending:
                 raise
@@ -414,17 +456,26 @@ class Worker:
         settled = self._release(pending, applied)
         # Before the next claim is sent, as without the thread: none after a breaker trips.
         self._trip_breakers(settled)
-        return self._took(claimed, limit, sent), (settled, claimed), False
+        return self._took(claimed, flight.limit, flight.sent), (settled, claimed), False
+
+    def _land_all(self, landed=()) -> int:
+        """Report `landed`, then take every transaction still in flight, in order, and report
+        each; returns how many jobs they claimed."""
+        self._report_landed(landed)
+        claimed = 0
+        while self.flights:
+            took, one, _ = self._land()
+            claimed += took
+            self._report_landed([one] if one is not None else [])
+        return claimed
 
     def _land_now(self):
-        """Take the transaction in flight, if any, and report it."""
-        if self.flight:
-            self._report_landed(self._land()[1])
+        """Take the transactions in flight, if any, and report them."""
+        self._land_all()
 
     def _report_landed(self, landed):
-        """What a transaction taken from the statement thread wrote and claimed, logged."""
-        if landed:
-            settled, claimed = landed
+        """What transactions taken from the statement threads wrote and claimed, logged."""
+        for settled, claimed in landed:
             self._report(settled, trip=False)  # tripped in _land
             self.log.claims(claimed)
 
@@ -473,6 +524,8 @@ class Worker:
             c.lease_until = lease_until
             if c.rate_slack:
                 c.start_by = sent + c.rate_slack
+            if c.id in self.held:  # its last attempt's outcome is in a transaction not taken yet
+                self.superseded[c.id] = self.held[c.id]
             self.held[c.id] = Held(c)
             self.dispatcher.add(c)
         self.claimed_total += len(claimed)
@@ -570,7 +623,13 @@ class Worker:
         applied_ids = {f.job_id for f in applied}
         settled = []
         for f in pending:
-            held = self.held.pop(f.job_id, None)
+            held = self.held.get(f.job_id)
+            if held is not None and held.claimed.lease_id != f.lease_id:
+                # Claimed again by a transaction taken before this one (a retry the other
+                # statement thread claimed once this one committed): that hold stays.
+                held = self.superseded.pop(f.job_id, None)
+            else:
+                self.held.pop(f.job_id, None)
             if f.job_id not in applied_ids:
                 logger.warning(
                     "job %s: lease lost to another worker; its outcome was discarded", f.job_id

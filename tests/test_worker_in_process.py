@@ -72,6 +72,22 @@ def test_a_burst_of_many_short_jobs_writes_every_outcome_once(run_in_process):
     assert Attempt.objects.filter(job_id__in=ids).count() == 1500
 
 
+def test_a_burst_of_jobs_that_each_fail_once_writes_every_attempt_once(run_in_process):
+    # Retries due at once: on PostgreSQL a claim sent while a failure's transaction was still in
+    # flight may take that retry before the failure's result is taken (two statement threads).
+    ids = [r.id for r in (tasks.flaky.enqueue(f"burst-{i}") for i in range(800))]
+
+    worker = run_in_process(burst=True, concurrency=4)
+
+    assert worker.exit_code == 0
+    assert worker.processed_total == 1600
+    assert (worker.held, worker.superseded) == ({}, {})
+    jobs = Job.objects.filter(id__in=ids)
+    assert jobs.filter(state=JobState.SUCCEEDED, attempt=2).count() == 800
+    attempts = Attempt.objects.filter(job_id__in=ids).values_list("number", "outcome")
+    assert sorted(attempts) == [(1, "failed")] * 800 + [(2, "succeeded")] * 800
+
+
 def test_a_queue_name_with_a_comma_is_served_as_one_name_and_the_log_says_so(
     run_in_process, caplog
 ):

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from .. import outcome as oc
 from ..errors import (
@@ -35,6 +36,9 @@ from .executor import (
     forget_fork_server,
 )
 
+if TYPE_CHECKING:
+    from ..db.records import Claimed
+
 logger = logging.getLogger(__name__)
 
 # Restarts of an executor that keeps dying before it finishes a job slow down: the first
@@ -54,7 +58,7 @@ UNSEEN_START_LOOK = 0.01
 class Held:
     """A job the worker has claimed and not yet finished."""
 
-    claimed: object
+    claimed: "Claimed"
     cancel_requested_at: float | None = None  # monotonic
     cancel_sent: bool = False  # a coroutine's cancel went to its executor
 
