@@ -1,17 +1,22 @@
 """The worker built and driven in the test process (its executors are real child processes)."""
 
+import dataclasses
 import multiprocessing
+import time
+import uuid
 
 import pytest
 from django.db import connection
 
 from jobs import worker_node
+from jobs.db import Finish
 from jobs.models import Attempt, Job, WorkerNode
 from jobs.pool.supervisor import Supervisor
 from jobs.states import JobState
 from jobs.worker import Worker, WorkerConfig
 from tests import tasks
 from tests.conftest import database_url
+from tests.factories import make_claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,6 +91,25 @@ def test_a_burst_of_jobs_that_each_fail_once_writes_every_attempt_once(run_in_pr
     assert jobs.filter(state=JobState.SUCCEEDED, attempt=2).count() == 800
     attempts = Attempt.objects.filter(job_id__in=ids).values_list("number", "outcome")
     assert sorted(attempts) == [(1, "failed")] * 800 + [(2, "succeeded")] * 800
+
+
+def test_a_retry_claimed_before_its_failure_is_taken_keeps_its_new_hold():
+    # Two transactions in flight: the older claims the retry once the newer, which writes the
+    # failure, has committed; the older's result is taken first.
+    worker = Worker(WorkerConfig(concurrency=1))
+    first = make_claimed()
+    worker._took([first], 1, time.monotonic())
+    again = dataclasses.replace(first, lease_id=uuid.uuid4(), attempt=2)
+    worker._took([again], 1, time.monotonic())
+    failure = Finish(
+        job_id=first.id, lease_id=first.lease_id, state=JobState.RETRYING, outcome="failed"
+    )
+
+    settled = worker._release([failure], [failure])
+
+    assert settled == [(failure, first)]  # reported with the attempt that ran
+    assert worker.held[first.id].claimed is again
+    assert worker.superseded == {}
 
 
 def test_a_queue_name_with_a_comma_is_served_as_one_name_and_the_log_says_so(
