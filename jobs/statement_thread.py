@@ -34,10 +34,6 @@ class StatementThread:
         """Readable once the call in flight is done."""
         return self.socket.fileno()
 
-    @property
-    def in_flight(self) -> bool:
-        return self.future is not None
-
     def done(self) -> bool:
         return self.future is not None and self.future.done()
 

@@ -248,7 +248,7 @@ class Worker:
                 observers.schedules_fired(ticked.fired if ticked else [], self.backend)
                 self.next_schedule_tick = time.monotonic() + wait
             if now >= self.next_heartbeat:
-                self._land_now()  # its claims' leases are renewed too
+                self._land_all()  # its claims' leases are renewed too
                 self._with_db(self._heartbeat)
                 self.next_heartbeat = now + self.config.heartbeat_seconds
             self.supervisor.enforce_deadlines(now)
@@ -407,16 +407,19 @@ class Worker:
         # transaction refused or failed) is made now, or a burst would stop early.
         if emptied and not self.notified:
             claim = False
+        free = self._free_statement_thread()
+        if free is None and not (failed or self.stopping):
+            self._report_landed(landed)
+            return claimed  # nothing can be sent before a transaction in flight lands
         limit = self._claim_limit() if claim and not self.stopping else 0
         in_force = self._with_db(self.limits.current) if limit else None
         # After a failed one, the next is written here, where an outage is ridden out.
         if failed or self.stopping or (in_force is not None and in_force.shape_claims):
             claimed += self._land_all(landed)
             return claimed + self._sync_here(claim)
-        free = self._free_statement_thread()
         # A second transaction only carries a claim, for a backlog, and where no circuit breaker
         # may trip: a claim in flight cannot be called back.
-        second = bool(limit) and self.last_claim_full and not in_force.breakers
+        second = in_force is not None and self.last_claim_full and not in_force.breakers
         if free is not None and (self.finishes or limit) and (not self.flights or second):
             if limit:
                 self.notified = False
@@ -468,10 +471,6 @@ class Worker:
             claimed += took
             self._report_landed([one] if one is not None else [])
         return claimed
-
-    def _land_now(self):
-        """Take the transactions in flight, if any, and report them."""
-        self._land_all()
 
     def _report_landed(self, landed):
         """What transactions taken from the statement threads wrote and claimed, logged."""
@@ -776,7 +775,7 @@ class Worker:
 
     def _shutdown(self):
         self.stopping = True
-        self._land_now()
+        self._land_all()
         # Jobs never started are handed back; jobs still running are interrupted.
         for claimed in self.dispatcher.take_all():
             self.finishes.append(oc.Outcome.released(claimed, self.worker_id))

@@ -45,14 +45,13 @@ def statements():
     thread.close()
 
 
-def test_a_call_runs_on_a_connection_of_its_own(statements):
+def test_a_call_runs_on_a_connection_of_its_own_and_the_next_on_the_same(statements):
     statements.send(backend_pid)
-    assert statements.in_flight
-
     theirs = statements.take()
+    statements.send(backend_pid)
 
     assert theirs != backend_pid()
-    assert not statements.in_flight
+    assert statements.take() == theirs
 
 
 def test_the_socket_wakes_the_loop_once_the_call_is_done_and_not_before(statements):
