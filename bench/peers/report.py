@@ -577,16 +577,17 @@ def targets(R):
             f"{b:,.0f} against {b_pgq:,.0f}/s = {b / b_pgq:.2f}× — "
             f"{met(b / b_pgq >= TARGETS['pgqueuer_ratio'])}"
         )
+    # The wake-up target is the embedded default's, where a worker once polled.
     lat = [
         r
         for r in R.records
-        if r["scenario"] == "latency" and r["db"] == db and r["system"] == "jobsite"
+        if r["scenario"] == "latency" and r["db"] == "sqlite" and r["system"] == "jobsite"
     ]
     if lat:
         p50 = statistics.median(r["p50_ms"] for r in lat)
         p99 = statistics.median(r["p99_ms"] for r in lat)
         out.append(
-            f"- wake-up p50 ≤ {TARGETS['p50']} ms / p99 ≤ {TARGETS['p99']} ms: "
+            f"- SQLite wake-up p50 ≤ {TARGETS['p50']} ms / p99 ≤ {TARGETS['p99']} ms: "
             f"{p50:.1f} / {p99:.1f} ms — {met(p50 <= TARGETS['p50'] and p99 <= TARGETS['p99'])}"
         )
     plan = R.meta.get("plan", {})
