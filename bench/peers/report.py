@@ -526,7 +526,7 @@ def met(ok):
 def targets(R):
     """The performance issue's targets that this run measures (the rest are in baseline.py)."""
     db = "postgres"
-    out = ["### Against the targets (PostgreSQL, durable commits)", ""]
+    out = ["### Against the targets (durable commits; PostgreSQL unless named)", ""]
     cells = R.cells("drain", db)
     mine = {
         cell: R.median("jobs_per_s", "drain", db, "jobsite", n=cell[0], c=cell[1]) for cell in cells
