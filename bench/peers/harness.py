@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.peers.common import marks_base
+from bench.peers.cpu import CpuMeter, tree_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
@@ -129,21 +130,14 @@ def installed(spec_cls):
 
 def tree_rss(pid):
     """Resident set size of a process and all its descendants, in bytes (from /proc)."""
-    total, stack, seen = 0, [pid], set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
+    total = 0
+    for p in tree_pids(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024
                         break
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return total
@@ -218,9 +212,11 @@ def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfil
         for cmd in cmds
     ]
     peak, self_exit, reached_at, first_at, capped = 0, None, None, None, False
+    cpu = CpuMeter(server=variant.db == "postgres")
     try:
         while True:
             peak = max(peak, sum(tree_rss(p.pid) for p in procs))
+            cpu.sample([p.pid for p in procs])
             count = exec_log.poll()
             if count and first_at is None:
                 first_at = time.monotonic()
@@ -267,6 +263,7 @@ def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfil
         "exit_codes": [p.returncode for p in procs],
         "bad": bad,
         "capped": capped,
+        "cpu": cpu,
     }
 
 
@@ -457,6 +454,7 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
         "fill_s": fill,
         "wall_s": w["wall_s"],
         "peak_rss_mb": w["peak_rss_mb"],
+        "cpu": w["cpu"].per_job(times, per_job),
         "states": check["states"],
         "exit_codes": w["exit_codes"],
         "problems": problems,
@@ -469,7 +467,17 @@ def measure_drain(run, variant, n, concurrency, rnd, mode="ok", timeout=1800, ca
         f"   {variant.label:28s} {rate:>9,.0f} {unit:16s} span {span:6.2f} s  "
         f"RSS {w['peak_rss_mb']:5.0f} MB  {how}, "
         + ("CHECK FAILED" if problems else f"exactly-{per_job}x ok")
+        + cpu_text(rec["cpu"])
     )
+
+
+def cpu_text(cpu):
+    if not cpu:
+        return ""
+    server = f" + server {cpu['server_us']:,.0f}" if "server_us" in cpu else ""
+    busy = cpu.get("machine_busy")
+    cores = f", cores {busy:.0%} busy" if busy is not None else ""
+    return f"; CPU a job: workers {cpu['workers_us']:,.0f}{server} µs{cores}"
 
 
 SCENARIO_OF_MODE = {

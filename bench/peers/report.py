@@ -207,6 +207,8 @@ def markdown(path):
             R, "drain", "postgres", "2. Drain pre-enqueued no-op jobs (PostgreSQL), jobs/s"
         )
 
+    out += cpu_table(R)
+
     # (3) latency
     if R.variants("latency", "postgres"):
         out += latency_table(R, "postgres", "3. Wake-up latency (PostgreSQL), enqueue → start, ms")
@@ -471,6 +473,42 @@ def mixed_table(R, plan):
         "",
     ]
     return out
+
+
+def cpu_table(R):
+    """CPU a job in the PostgreSQL drains: the system's processes + the server's, medians."""
+    cells, rows = R.cells("drain", "postgres"), []
+    for system, config in R.variants("drain", "postgres"):
+        values = []
+        for n, c in cells:
+            cpus = [r["cpu"] for r in R.rounds("drain", "postgres", system, config, n, c)]
+            cpus = [x for x in cpus if x and "server_us" in x]
+            if not cpus:
+                values.append("–")
+                continue
+            workers = statistics.median(x["workers_us"] for x in cpus)
+            server = statistics.median(x["server_us"] for x in cpus)
+            busy = statistics.median(x["machine_busy"] or 0 for x in cpus)
+            values.append(f"{workers:,.0f} + {server:,.0f} ({busy:.0%})")
+        if any(v != "–" for v in values):
+            rows.append(f"| {label(system, config)} | " + " | ".join(values) + " |")
+    if not rows:
+        return []
+    return [
+        "### 2b. CPU a job in those drains (PostgreSQL), µs: the system's processes + the server",
+        "",
+        "| system | " + " | ".join(f"{n:,}, c{c}" for n, c in cells) + " |",
+        "|---|" + "---:|" * len(cells),
+        *rows,
+        "",
+        f"User and system time of every process in the workers' trees and of every PostgreSQL "
+        f"server process, from /proc every 0.1 s, between the drain's first and last job start, "
+        f"divided by the jobs started meanwhile (medians of the rounds); in parentheses, how "
+        f"busy the machine's {R.meta.get('nproc', '?')} cores were meanwhile. A drain whose "
+        "cores are all busy goes only as fast as its CPU a job allows: with k cores, at most "
+        "k × 1,000,000 ÷ (system + server) jobs/s.",
+        "",
+    ]
 
 
 def memory_table(R):
