@@ -220,8 +220,9 @@ def markdown(path):
             f"### 4. Retry-heavy (PostgreSQL), {n:,} jobs, concurrency {c}",
             "",
             "| system | fail once, then succeed: jobs/s | share of its no-op drain | "
-            "jobsite ÷ peer | always fail, 3 attempts: dead letters/s | jobsite ÷ peer |",
-            "|---|---:|---:|---:|---:|---:|",
+            "jobsite ÷ peer | CPU a job, µs (as in 2b) | always fail, 3 attempts: "
+            "dead letters/s | jobsite ÷ peer |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         drain_n = max(
             (cell[0] for cell in R.cells("drain", "postgres") if cell[1] == c),
@@ -241,6 +242,7 @@ def markdown(path):
             out.append(
                 f"| {label(system, config)} | {fmt_rate(f)}{cf} | {share} | "
                 f"{'' if system == 'jobsite' else fmt_ratio(ratio(jf, f))} | "
+                f"{cpu_cell(R, 'retry_flaky', system, config, n, c)} | "
                 f"{fmt_rate(d)}{cd} | "
                 f"{'' if system == 'jobsite' else fmt_ratio(ratio(jd, d))} |"
             )
@@ -475,21 +477,23 @@ def mixed_table(R, plan):
     return out
 
 
+def cpu_cell(R, scenario, system, config, n, c):
+    """'system + server (cores busy)' in µs a job, medians of a PostgreSQL cell's rounds."""
+    cpus = [r.get("cpu") for r in R.rounds(scenario, "postgres", system, config, n, c)]
+    cpus = [x for x in cpus if x and "server_us" in x]
+    if not cpus:
+        return "–"
+    workers = statistics.median(x["workers_us"] for x in cpus)
+    server = statistics.median(x["server_us"] for x in cpus)
+    busy = statistics.median(x["machine_busy"] or 0 for x in cpus)
+    return f"{workers:,.0f} + {server:,.0f} ({busy:.0%})"
+
+
 def cpu_table(R):
     """CPU a job in the PostgreSQL drains: the system's processes + the server's, medians."""
     cells, rows = R.cells("drain", "postgres"), []
     for system, config in R.variants("drain", "postgres"):
-        values = []
-        for n, c in cells:
-            cpus = [r["cpu"] for r in R.rounds("drain", "postgres", system, config, n, c)]
-            cpus = [x for x in cpus if x and "server_us" in x]
-            if not cpus:
-                values.append("–")
-                continue
-            workers = statistics.median(x["workers_us"] for x in cpus)
-            server = statistics.median(x["server_us"] for x in cpus)
-            busy = statistics.median(x["machine_busy"] or 0 for x in cpus)
-            values.append(f"{workers:,.0f} + {server:,.0f} ({busy:.0%})")
+        values = [cpu_cell(R, "drain", system, config, n, c) for n, c in cells]
         if any(v != "–" for v in values):
             rows.append(f"| {label(system, config)} | " + " | ".join(values) + " |")
     if not rows:
