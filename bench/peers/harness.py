@@ -4,7 +4,8 @@ The harness itself needs only the standard library (it runs under jobsite's .ven
 is driven through its adapter module (bench/peers/<name>_adapter.py), executed by the system's
 own interpreter: `<python> -m bench.peers.<adapter> <command> --key value ...` prints one
 `RESULT {json}` line. Workers are started by the harness, which watches the shared execution log
-(see common.py) to know when every job has run, and samples the worker process tree's RSS.
+(see common.py) to know when every job has run, and samples the worker process tree's RSS
+and CPU (and the server's CPU, bench/peers/cpu.py).
 """
 
 import json
@@ -196,7 +197,7 @@ def stop(procs, grace=20):
 
 def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfile=None, cap=None):
     """Start the variant's worker(s), wait until `expected` executions are logged (and, for
-    burst-capable systems, until the workers exit by themselves), sampling RSS. With `cap`,
+    burst-capable systems, until the workers exit by themselves), sampling RSS and CPU. With `cap`,
     stop the workers gracefully (SIGTERM) once `cap` seconds have passed since the first
     execution: the run is then "capped" and measured over what ran."""
     exec_log = ExecLog(env["BENCH_EXEC_LOG"])
