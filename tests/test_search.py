@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from dashboard.pagination import Cursor, keyset_page
 from jobs.db.search_sql import search_numbers, search_strings
-from jobs.listing import ON_THE_ROW
+from jobs.listing import LISTED, ON_THE_ROW, newest_first
 from jobs.models import Job
 from jobs.search import COMMON_IN_PROBE, search
 from jobs.states import JobState
@@ -136,6 +136,19 @@ def test_a_page_of_a_text_common_among_the_newest_jobs_is_matched_row_by_row():
     assert "COALESCE(" not in str(rare.order_by("-enqueued_at")[:50].query)
     assert common.count() == COMMON_IN_PROBE and len(common[:50]) == COMMON_IN_PROBE
     assert found("bob@") == {Job.objects.get(kwargs__email="bob@example.org").id}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's listing rows")
+def test_a_common_texts_page_in_the_listed_order_reads_the_arguments_text_of_the_listing():
+    jobs = [make_job(kwargs={"email": f"ann-{n}@example.com"}) for n in range(COMMON_IN_PROBE)]
+    changed = make_job(kwargs={"email": "bob@example.org"})
+    Job.objects.filter(id=changed.id).update(kwargs={"email": "cy@example.com"})
+    listed, order = newest_first(Job.objects.all())
+    assert order == LISTED
+    page = search(listed, "example.com", order=order).order_by(*order.order_by)[:50]
+    assert '"jobs_searchtext"."text"' in str(page.query)
+    assert "args::text" not in str(page.query)
+    assert {job.id for job in page} == {job.id for job in jobs} | {changed.id}
 
 
 def _search_text_rows(job):

@@ -277,6 +277,8 @@ class Listing(models.Model):
     enqueued_at = models.DateTimeField()
     queue_name = models.CharField(max_length=QUEUE_NAME_MAX)
     task_path = models.CharField(max_length=255)
+    # The arguments' search text (jobs.db.search_sql.ArgumentsJson), kept in step by triggers.
+    text = models.TextField()
 
     class Meta:
         managed = False
