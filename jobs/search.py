@@ -35,6 +35,7 @@ from django.db import connection
 from django.db.models import BooleanField, Expression, ExpressionWrapper, F, Func, Q, TextField
 
 from .db import search_sql
+from .listing import LISTED
 
 # An id prefix shorter than this would match too much to be what anyone meant.
 MIN_ID_PREFIX = 6
@@ -122,15 +123,14 @@ def is_common(queryset, text: str, *, order, task_paths=()) -> bool:
     return _common_among_newest(_searchable(queryset, order), by_row, order)
 
 
-def _searchable(queryset, order=None):
+def _searchable(queryset, order):
     # A list that walks the listing rows has each job's arguments' text at hand there, as the
     # triggers keep it: reading it spares making it from the job row's JSON, row by row.
-    listed = order is not None and order.time.startswith("listing__")
     return queryset.alias(
         _search_strings=_SearchStrings(F("args"), F("kwargs"), F("dedup_key")),
         _search_numbers=_SearchNumbers(F("args"), F("kwargs")),
         _search_errors=search_sql.ErrorText(),
-        _search_json=F("listing__text") if listed else search_sql.ArgumentsJson(),
+        _search_json=F("listing__text") if order == LISTED else search_sql.ArgumentsJson(),
     )
 
 
