@@ -67,13 +67,15 @@ class CpuMeter:
 
     def __init__(self, server=True):
         self.server = server
+        # The last CPU seconds read of every process seen, gone ones included: only the
+        # differences between samples are read, so a process counts from when it was first seen.
         self.last: dict[str, dict[int, float]] = {"workers": {}, "server": {}}
-        self.first: dict[str, dict[int, float]] = {"workers": {}, "server": {}}
         self.samples: list[tuple[float, dict[str, float]]] = []
 
     def sample(self, worker_pids):
+        """Read the CPU of `worker_pids` (every process of the workers' trees) and the server."""
         now = time.time()
-        groups = {"workers": [p for w in worker_pids for p in tree_pids(w)]}
+        groups = {"workers": worker_pids}
         if self.server:
             groups["server"] = _server_pids()
         totals = {}
@@ -82,10 +84,8 @@ class CpuMeter:
             for pid in pids:
                 secs = _cpu_seconds(pid)
                 if secs is not None:
-                    # A server process already running counts from the first sample only.
-                    self.first[group].setdefault(pid, secs if not self.samples else 0.0)
                     seen[pid] = secs
-            totals[group] = sum(seen.values()) - sum(self.first[group].values())
+            totals[group] = sum(seen.values())
         totals["busy"], totals["idle"] = _machine_busy_idle()
         self.samples.append((now, totals))
 

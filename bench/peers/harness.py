@@ -131,8 +131,13 @@ def installed(spec_cls):
 
 def tree_rss(pid):
     """Resident set size of a process and all its descendants, in bytes (from /proc)."""
+    return rss(tree_pids(pid))
+
+
+def rss(pids):
+    """Resident set size of the processes `pids`, summed, in bytes (from /proc)."""
     total = 0
-    for p in tree_pids(pid):
+    for p in pids:
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -216,8 +221,9 @@ def run_workers(variant, concurrency, expected, env, timeout, burst=True, logfil
     cpu = CpuMeter(server=variant.db == "postgres")
     try:
         while True:
-            peak = max(peak, sum(tree_rss(p.pid) for p in procs))
-            cpu.sample([p.pid for p in procs])
+            trees = [pid for p in procs for pid in tree_pids(p.pid)]
+            peak = max(peak, rss(trees))
+            cpu.sample(trees)
             count = exec_log.poll()
             if count and first_at is None:
                 first_at = time.monotonic()
