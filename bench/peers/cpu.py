@@ -111,7 +111,7 @@ class CpuMeter:
         if not jobs or end <= start:
             return {}
         out = {}
-        for key in ("workers", "server", "busy", "idle"):
+        for key in self.samples[0][1]:  # the groups sampled ("server" only when asked for)
             a, b = self._at(start, key), self._at(end, key)
             if a is None or b is None:
                 return {}
