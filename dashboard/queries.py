@@ -140,11 +140,6 @@ def dead_letters(filters: dict):
     return filtered_jobs(state=JobState.DEAD_LETTER, order=FINISHED, **filters)
 
 
-def dead_letter_page(filters: dict, *, cursor, limit) -> Page:
-    jobs = dead_letters(filters).only(*LIST_COLUMNS)
-    return keyset_page(jobs, order=FINISHED, cursor=cursor, limit=limit)
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeadLetterGroups:
     rows: list[dict]
@@ -159,14 +154,12 @@ class DeadLetterGroups:
         return Tally(value=self.window, exact=self.complete, at_least=not self.complete)
 
 
-def dead_letter_groups(filters: dict) -> DeadLetterGroups:
-    """The most recent dead letters by task and error type: count, first and last seen."""
-    window = DEAD_LETTER_SEARCH_WINDOW if filters.get("q") else DEAD_LETTER_WINDOW
-    recent = (
-        dead_letters(filters)
-        .order_by("-finished_at", "-id")
-        .values("task_path", "error_type", "finished_at")[:window]
-    )
+def dead_letter_groups(dead: QuerySet, *, searched: bool) -> DeadLetterGroups:
+    """The most recent of the `dead` letters by task and error type: count, first and last
+    seen. `searched`: are they a text search's matches?"""
+    window = DEAD_LETTER_SEARCH_WINDOW if searched else DEAD_LETTER_WINDOW
+    columns = ("task_path", "error_type", "finished_at")
+    recent = dead.order_by("-finished_at", "-id").values(*columns)[:window]
     try:
         sql, params = recent.query.sql_with_params()
     except EmptyResultSet:
@@ -200,11 +193,22 @@ def dead_letter_groups(filters: dict) -> DeadLetterGroups:
     )
 
 
-def dead_letter_total(filters: dict, groups: DeadLetterGroups) -> Tally:
-    """How many dead letters match: the state's tally when unfiltered, else the groups' sum."""
-    if filters:
-        return groups.total
-    return tally(dead_letters({}), STATE_CAP)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeadLetterList:
+    page: Page
+    groups: DeadLetterGroups
+    # How many dead letters match: the state's tally when unfiltered, else the groups' sum.
+    matching: Tally
+
+
+def dead_letter_list(filters: dict, *, cursor, limit) -> DeadLetterList:
+    """The dead-letters page: its rows, the groups and how many match, from one reading of the
+    filters (under a search, reading them reads the task names and probes the text)."""
+    dead = dead_letters(filters)
+    page = keyset_page(dead.only(*LIST_COLUMNS), order=FINISHED, cursor=cursor, limit=limit)
+    groups = dead_letter_groups(dead, searched=bool(filters.get("q")))
+    matching = groups.total if filters else tally(dead, STATE_CAP)
+    return DeadLetterList(page=page, groups=groups, matching=matching)
 
 
 def dead_letter_ids(filters: dict, *, cap: int) -> list[uuid.UUID]:

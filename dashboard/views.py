@@ -101,10 +101,10 @@ def _edit_form_for(job):
 @console_page
 def dead_letter_list(request):
     form = DeadLetterFilterForm(request.GET)
-    context = {"form": form, "page": form.page(queries.dead_letter_page), "bulk_cap": BULK_CAP}
-    if context["page"] is not None:
-        groups = queries.dead_letter_groups(form.filters)
-        context |= {"groups": groups, "matching": queries.dead_letter_total(form.filters, groups)}
+    listed = form.page(queries.dead_letter_list)
+    context = {"form": form, "page": listed.page if listed else None, "bulk_cap": BULK_CAP}
+    if listed is not None:
+        context |= {"groups": listed.groups, "matching": listed.matching}
     status = list_status(context["page"])
     return render_page(
         request, "dashboard/dead_letters.html", "dead-letters", context, status=status

@@ -9,6 +9,7 @@ import django
 import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
@@ -716,6 +717,22 @@ def test_dead_letter_groups_under_a_search_cover_a_smaller_window(viewer_client,
     assert re.findall(r'<td class="num">(\d+)</td>', searched) == ["2"]
     unsearched = viewer_client.get("/dead-letters/").content.decode()
     assert re.findall(r'<td class="num">(\d+)</td>', unsearched) == ["4"]
+
+
+@pytest.mark.django_db
+def test_dead_letters_page_under_a_search_reads_the_task_names_and_probes_the_text_once(
+    viewer_client,
+):
+    for _ in range(3):
+        make_job(JobState.DEAD_LETTER, error_type="ConnectionError", error_message="SMTP refused")
+    with CaptureQueriesContext(connection) as captured:
+        html = viewer_client.get("/dead-letters/?q=smtp").content.decode()
+    assert re.findall(r'<td class="num">(\d+)</td>', html) == ["3"]
+    sql = [query["sql"] for query in captured.captured_queries]
+    assert sum("WITH RECURSIVE names" in statement for statement in sql) == 1
+    # Where an index holds the text (PostgreSQL), its probe runs once too.
+    probes = sum("WHERE _search_hit" in statement for statement in sql)
+    assert probes == (1 if connection.vendor == "postgresql" else 0)
 
 
 @pytest.mark.django_db
