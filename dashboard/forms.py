@@ -48,7 +48,8 @@ class ListFilterForm(forms.Form):
         return self.cleaned_data["limit"] or DEFAULT_LIMIT
 
     def page(self, fetch):
-        """The page of `fetch(filters, cursor=, limit=)` the form asks for; None when invalid."""
+        """What `fetch(filters, cursor=, limit=)` gives for the page the form asks for (the dead
+        letters: their `DeadLetterList`); None when invalid."""
         if not self.is_valid():
             return None
         data = self.cleaned_data
